@@ -1,0 +1,38 @@
+"""tessera_ref: the reference implementation of the Tessera GPU programming model.
+
+What exists today: the number formats with bit-exact conversions, numerics policies and
+tensor annotations, block scaling and the counter-based RNG (:mod:`tessera_ref.numerics`).
+"""
+from . import numerics
+from .errors import TesseraError
+from .numerics import (
+    Policy,
+    Tensor,
+    accum,
+    bf16,
+    e8m0,
+    f16,
+    f32,
+    f64,
+    fp4,
+    fp4_e2m1,
+    fp6,
+    fp6_e2m3,
+    fp6_e3m2,
+    fp8,
+    fp8_e4m3,
+    fp8_e5m2,
+    fp16,
+    fp32,
+    fp64,
+    int4,
+    int8,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "numerics", "TesseraError", "Policy", "Tensor", "accum",
+    "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
+    "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
+]

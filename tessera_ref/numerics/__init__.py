@@ -1,0 +1,33 @@
+"""Number formats, bit-exact conversions, policies, block scaling and the counter-based RNG.
+
+The normative rules are in ``docs/spec/numerics.md``; each public function cites its
+clauses (NUM-*).
+"""
+from .annotations import Tensor, TensorAnnotation
+from .convert import OVERFLOW_MODES, ROUNDING_MODES, cast, decode, encode
+from .formats import ALIASES, FORMATS, Format, all_formats, get_format
+from .packing import pack, packed_nbytes, unpack
+from .policy import Accum, Policy, accum, as_policy
+
+# Module-level format names, as the Tessera guide writes them (NUM-FMT-2 for the bare names).
+f64 = fp64 = FORMATS["f64"]
+f32 = fp32 = FORMATS["f32"]
+f16 = fp16 = FORMATS["f16"]
+bf16 = FORMATS["bf16"]
+fp8_e4m3 = fp8 = FORMATS["fp8_e4m3"]
+fp8_e5m2 = FORMATS["fp8_e5m2"]
+fp6_e2m3 = fp6 = FORMATS["fp6_e2m3"]
+fp6_e3m2 = FORMATS["fp6_e3m2"]
+fp4_e2m1 = fp4 = FORMATS["fp4_e2m1"]
+e8m0 = FORMATS["e8m0"]
+int8 = FORMATS["int8"]
+int4 = FORMATS["int4"]
+
+__all__ = [
+    "Format", "FORMATS", "ALIASES", "get_format", "all_formats",
+    "encode", "decode", "cast", "ROUNDING_MODES", "OVERFLOW_MODES",
+    "pack", "unpack", "packed_nbytes",
+    "Policy", "Accum", "accum", "as_policy", "Tensor", "TensorAnnotation",
+    "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
+    "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
+]

@@ -1,0 +1,134 @@
+"""Numerics policies: numerics as part of a tensor's type (spec clauses NUM-POL-*).
+
+A :class:`Policy` says how values of a tensor are stored and computed:
+
+- ``storage``: the format values are kept in;
+- ``accum``: the format in which products, sums and elementwise math are computed
+  (default: f32 for any storage narrower than f32, else the storage format itself);
+- ``rounding``: the rounding of every conversion into storage (``rne`` by default);
+- ``overflow``: ``"saturate"`` or ``"native"`` (default: the format's own, ``"native"``);
+- ``scaling``: ``"none"``, ``"per_tensor"`` (amax), ``"delayed"`` (amax history), ``"mx"``
+  (32-element blocks with e8m0 scales) or ``"nvfp4"`` (16-element blocks with e4m3 scales
+  and an f32 global scale);
+- ``reduction``: ``"canonical"`` (the fixed orders of NUM-RED-*) or ``"exact"`` (sums
+  computed exactly and rounded once, independent of mesh and tiling).
+
+The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from ..errors import FormatError, PolicyError
+from .convert import OVERFLOW_MODES, ROUNDING_MODES
+from .formats import Format, get_format
+
+__all__ = ["Policy", "Accum", "accum", "as_policy", "SCALING_SCHEMES", "REDUCTION_MODES"]
+
+SCALING_SCHEMES = ("none", "per_tensor", "delayed", "mx", "nvfp4")
+REDUCTION_MODES = ("canonical", "exact")
+_MX_ELEMENTS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
+
+
+def _format_arg(value, role: str) -> Format:
+    try:
+        return get_format(value)
+    except FormatError as exc:
+        raise PolicyError(f"{role} of a policy: {exc.what}", fix=exc.fix) from None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Storage format plus the rules for computing with and converting into it."""
+
+    storage: Format
+    accum: Format | None = None
+    rounding: str = "rne"
+    overflow: str | None = None
+    scaling: str = "none"
+    reduction: str = "canonical"
+
+    def __post_init__(self):
+        storage = _format_arg(self.storage, "the storage format")
+        object.__setattr__(self, "storage", storage)
+        acc = self.accum
+        if acc is None:
+            acc = storage if storage.bits >= 32 and storage.is_float else get_format("f32")
+        acc = _format_arg(acc, "the accumulation format")
+        if not acc.is_float or acc.special != "ieee" or acc.bits < 16:
+            raise PolicyError(
+                f"accum({acc.name}) cannot accumulate: the accumulation format must be an IEEE "
+                "float (f16, bf16, f32 or f64)",
+                fix="use @accum(f32) (the default for narrow storage) or @accum(f64)",
+            )
+        object.__setattr__(self, "accum", acc)
+        if self.rounding not in ROUNDING_MODES:
+            raise PolicyError(f"unknown rounding {self.rounding!r} in a policy for {storage.name}",
+                              fix=f"use one of {', '.join(ROUNDING_MODES)}")
+        overflow = "native" if self.overflow is None else self.overflow
+        if overflow not in OVERFLOW_MODES:
+            raise PolicyError(f"unknown overflow {self.overflow!r} in a policy for {storage.name}",
+                              fix="use 'saturate' or 'native'")
+        object.__setattr__(self, "overflow", overflow)
+        scaling = "none" if self.scaling is None else self.scaling
+        if scaling not in SCALING_SCHEMES:
+            raise PolicyError(f"unknown scaling {self.scaling!r} in a policy for {storage.name}",
+                              fix=f"use one of {', '.join(SCALING_SCHEMES)}")
+        if scaling == "mx" and storage.name not in _MX_ELEMENTS:
+            raise PolicyError(f"MX scaling needs an MX element format, not {storage.name}",
+                              fix=f"store as one of {', '.join(_MX_ELEMENTS)}")
+        if scaling == "nvfp4" and storage.name != "fp4_e2m1":
+            raise PolicyError(f"NVFP4 scaling stores fp4_e2m1 elements, not {storage.name}",
+                              fix="use fp4 @accum(f32) with scaling='nvfp4'")
+        object.__setattr__(self, "scaling", scaling)
+        if self.reduction not in REDUCTION_MODES:
+            raise PolicyError(f"unknown reduction mode {self.reduction!r}",
+                              fix="use 'canonical' (fixed order) or 'exact' (exact sum, rounded once)")
+
+    def with_(self, **changes) -> "Policy":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def __matmul__(self, other):
+        if isinstance(other, Accum):
+            return replace(self, accum=other.format, **other.options)
+        return NotImplemented
+
+    def __str__(self) -> str:
+        text = f"{self.storage.name} @accum({self.accum.name})"
+        defaults = {"rounding": "rne", "overflow": "native", "scaling": "none", "reduction": "canonical"}
+        extras = [f"{k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v]
+        return text + (f" [{', '.join(extras)}]" if extras else "")
+
+    def __repr__(self) -> str:
+        return f"Policy({self})"
+
+
+@dataclass(frozen=True)
+class Accum:
+    """The right-hand side of ``fmt @accum(f32)``: an accumulation format and extra options."""
+
+    format: Format
+    options: dict = field(default_factory=dict)
+
+    def __rmatmul__(self, other):
+        if isinstance(other, str):
+            return Policy(storage=other, accum=self.format, **self.options)
+        return NotImplemented
+
+
+def accum(fmt, **options) -> Accum:
+    """``accum(f32)``: used as ``fp6 @accum(fp32)``; keyword options set other policy fields,
+    e.g. ``fp8 @accum(f32, rounding="stochastic", overflow="saturate")``."""
+    unknown = set(options) - {"rounding", "overflow", "scaling", "reduction"}
+    if unknown:
+        raise PolicyError(f"accum() got unknown policy options {sorted(unknown)}",
+                          fix="use rounding=, overflow=, scaling= or reduction=")
+    return Accum(_format_arg(fmt, "the accumulation format"), dict(options))
+
+
+def as_policy(spec) -> Policy:
+    """A :class:`Policy` from a policy, a format or a format name (default rules)."""
+    if isinstance(spec, Policy):
+        return spec
+    return Policy(storage=_format_arg(spec, "the storage format"))
