@@ -298,27 +298,30 @@ def encode(x, fmt, *, rounding=None, overflow=None, key=None, index=None) -> np.
 
 def _encode_dispatch(src, fmt, rounding, overflow, rbits):
     """Pick the fastest path that computes exactly :func:`_encode_exact`'s codes."""
-    if src.dtype == np.float32 and rounding != "stochastic" and fmt.bits <= 8:
+    f32_source = src.dtype == np.float32
+    if f32_source and rounding != "stochastic" and fmt.bits <= 8:
         return _encode_f32_by_table(np.ascontiguousarray(src), fmt, rounding, overflow)
-    if src.dtype == np.float32 and fmt.name == "bf16":
-        return _encode_f32_to_bf16(np.ascontiguousarray(src), rounding, overflow, rbits)
-    exact_in_hardware = (src.dtype == np.float32 and fmt.bits >= 32) or fmt.bits == 64 or (
-        src.dtype == np.float32 and fmt.name == "f16" and rounding == "rne" and overflow == "native"
-    )
-    if exact_in_hardware:  # widening, identity, or IEEE convertFormat (correctly rounded RNE)
+    ieee_rne = rounding == "rne" and overflow == "native"
+    if (f32_source and fmt.bits >= 32) or fmt.bits == 64 or (f32_source and ieee_rne and fmt.bits == 16):
+        # Widening, identity, or an IEEE-754 convertFormat in round-to-nearest-even (NumPy's
+        # f16 cast, ml_dtypes' bf16 cast): correctly rounded by definition, then NUM-CVT-3/4.
         codes = np.ascontiguousarray(src.astype(fmt.dtype)).view(fmt.code_dtype)
         return _ieee_specials(codes, src, fmt, overflow)
+    if f32_source and fmt.name == "bf16":
+        return _encode_f32_to_bf16(np.ascontiguousarray(src), rounding, overflow, rbits)
     return _encode_exact(src.astype(np.float64), fmt, rounding, overflow, rbits).astype(fmt.code_dtype)
 
 
 def _ieee_specials(codes, src, fmt, overflow):
     """Apply NUM-CVT-3/4 to codes of an IEEE format: canonical NaNs, saturated infinities."""
-    sign = codes & fmt.code_dtype.type(fmt.sign_mask)
-    nan_codes = fmt.code_dtype.type(fmt.nan_code) | sign
-    codes = np.where(np.isnan(src), nan_codes, codes)
+    sign_mask = fmt.code_dtype.type(fmt.sign_mask)
+    nan = np.isnan(src)
+    if nan.any():
+        codes = np.where(nan, fmt.code_dtype.type(fmt.nan_code) | (codes & sign_mask), codes)
     if overflow == "saturate":
-        max_code = fmt.code_dtype.type(fmt.inf_code - 1)
-        codes = np.where((codes & ~fmt.code_dtype.type(fmt.sign_mask)) == fmt.inf_code, max_code | sign, codes)
+        inf = (codes & ~sign_mask) == fmt.inf_code
+        if inf.any():
+            codes = np.where(inf, fmt.code_dtype.type(fmt.inf_code - 1) | (codes & sign_mask), codes)
     return codes
 
 
@@ -335,14 +338,13 @@ def decode(codes, fmt) -> np.ndarray:
             f"decode expects integer codes, got an array of dtype {codes.dtype}",
             fix="pass the raw codes (uint8/uint16/...), e.g. the result of encode()",
         )
+    if fmt.is_int:  # sign-extend the low bits: exact
+        shift = np.int8(8 - fmt.bits)
+        _check_code_range(codes, fmt)
+        return ((codes.astype(np.int8) << shift) >> shift).astype(np.float32)
     if fmt.bits <= 8:
         table = _decode_table(fmt)
-        if not (codes.dtype == np.uint8 and fmt.bits == 8):
-            if codes.size and (np.min(codes) < 0 or np.max(codes) >= (1 << fmt.bits)):
-                raise ConversionError(
-                    f"codes out of range for {fmt.name}: they must lie in [0, {1 << fmt.bits})",
-                    fix="mask them with & 0x%X or unpack packed bytes first" % ((1 << fmt.bits) - 1),
-                )
+        _check_code_range(codes, fmt)
         return table[codes]
     if fmt.name == "f64":
         return codes.astype(np.uint64).view(np.float64)
@@ -352,6 +354,16 @@ def decode(codes, fmt) -> np.ndarray:
         return codes.astype(np.uint16).view(np.float16).astype(np.float32)
     # bf16: the top half of an f32
     return (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _check_code_range(codes: np.ndarray, fmt: Format) -> None:
+    if codes.dtype == np.uint8 and fmt.bits == 8:
+        return
+    if codes.size and (np.min(codes) < 0 or np.max(codes) >= (1 << fmt.bits)):
+        raise ConversionError(
+            f"codes out of range for {fmt.name}: they must lie in [0, {1 << fmt.bits})",
+            fix="mask them with & 0x%X or unpack packed bytes first" % ((1 << fmt.bits) - 1),
+        )
 
 
 def cast(x, fmt, *, rounding=None, overflow=None, key=None, index=None) -> np.ndarray:

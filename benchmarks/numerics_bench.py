@@ -1,0 +1,73 @@
+"""Encode/decode throughput of every format against ml_dtypes (and NumPy), same process.
+
+    python benchmarks/numerics_bench.py [--n 4000000] [--repeat 7]
+
+For each format: ``encode`` (f32 -> codes, rne) against ``x.astype(dtype)`` — ml_dtypes for
+bf16/fp8/fp6/fp4/e8m0/int4, NumPy for f16/f32/f64/int8 (NumPy's int8 cast truncates, so that
+baseline is a speed reference only) — and ``decode`` (codes -> f32) against
+``codes.view(dtype).astype(float32)``. Ratios above 1 mean tessera_ref is faster. The other
+rounding modes are timed against the same baseline. Times are the best of ``--repeat``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from tessera_ref import numerics as tn
+
+
+def best_time(fn, repeat: int) -> float:
+    fn()  # warm caches and lazily built tables
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def sample(n: int, seed: int = 0) -> np.ndarray:
+    """Values spread over many binades, including subnormal and overflowing magnitudes."""
+    rng = np.random.default_rng(seed)
+    scale = rng.choice(np.float32([2**-12, 2**-6, 1, 16, 300, 3e4]), n)
+    return (rng.standard_normal(n).astype(np.float32) * scale).astype(np.float32)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=4_000_000)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--modes", default="rne,rtz,stochastic")
+    args = ap.parse_args()
+    x = sample(args.n)
+    modes = args.modes.split(",")
+    print(f"{args.n:,} f32 elements, best of {args.repeat}; ratio = baseline time / tessera_ref time")
+    header = f"{'format':10} {'baseline':9} {'enc M/s':>8} {'base M/s':>8} " + " ".join(
+        f"{'enc ' + m:>14}" for m in modes) + f" {'dec M/s':>8} {'base M/s':>8} {'dec ratio':>9}"
+    print(header)
+    print("-" * len(header))
+    for fmt in tn.all_formats():
+        base_name = "ml_dtypes" if fmt.dtype.__class__.__module__ != "numpy.dtypes" or fmt.name in (
+            "bf16",) else "numpy"
+        t_base = best_time(lambda: x.astype(fmt.dtype), args.repeat)
+        ratios = []
+        t_rne = None
+        for mode in modes:
+            kw = {"key": 1} if mode == "stochastic" else {}
+            t = best_time(lambda: tn.encode(x, fmt, rounding=mode, **kw), args.repeat)
+            t_rne = t if mode == "rne" else t_rne
+            ratios.append(t_base / t)
+        codes = tn.encode(x, fmt)
+        stored = codes.view(fmt.dtype)
+        t_dec = best_time(lambda: tn.decode(codes, fmt), args.repeat)
+        t_dec_base = best_time(lambda: stored.astype(np.float32), args.repeat)
+        mps = lambda t: args.n / t / 1e6  # noqa: E731
+        print(f"{fmt.name:10} {base_name:9} {mps(t_rne):8.0f} {mps(t_base):8.0f} "
+              + " ".join(f"{r:13.2f}x" for r in ratios)
+              + f" {mps(t_dec):8.0f} {mps(t_dec_base):8.0f} {t_dec_base / t_dec:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
