@@ -351,7 +351,8 @@ def decode(codes, fmt) -> np.ndarray:
     if fmt.name == "f32":
         return codes.astype(np.uint32).view(np.float32)
     if fmt.name == "f16":
-        return codes.astype(np.uint16).view(np.float16).astype(np.float32)
+        with np.errstate(invalid="ignore"):  # signalling NaNs stay NaN (NUM-CVT-7)
+            return codes.astype(np.uint16).view(np.float16).astype(np.float32)
     # bf16: the top half of an f32
     return (codes.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
