@@ -62,8 +62,9 @@ def exact_source(x) -> np.ndarray:
     """Return ``x`` as an f32 or f64 array holding exactly the same values.
 
     f32 stays f32; f64 stays f64; every narrower float (f16, bf16, fp8, fp6, fp4, e8m0) widens
-    exactly to f32; integers and booleans widen to f64 (|x| must be below 2**53, the range
-    where f64 is exact). Anything else raises :class:`ConversionError`.
+    exactly to f32; integers and booleans widen to f64, and an integer that f64 cannot hold
+    exactly (beyond 2**53 and not a multiple of the spacing there) is rejected. Anything else
+    raises :class:`ConversionError`.
     """
     arr = np.asarray(x)
     dt = arr.dtype
@@ -76,13 +77,18 @@ def exact_source(x) -> np.ndarray:
     if fmt is not None and fmt.is_float:
         return arr.astype(np.float32)
     if dt == np.bool_ or np.issubdtype(dt, np.integer) or (fmt is not None and fmt.is_int):
-        wide = arr.astype(np.int64) if dt.kind != "u" else arr.astype(np.uint64)
-        if wide.size and (np.max(wide) > 2**53 or (dt.kind != "u" and np.min(wide) < -(2**53))):
+        wide = arr.astype(np.uint64 if dt.kind == "u" else np.int64)
+        as_float = wide.astype(np.float64)
+        limit = 2.0**64 if dt.kind == "u" else 2.0**63
+        with np.errstate(invalid="ignore"):
+            exact = (as_float < limit) & (as_float >= -limit) & (as_float.astype(wide.dtype) == wide)
+        if not exact.all():
+            bad = wide[~exact].reshape(-1)[0]
             raise ConversionError(
-                f"integer input of dtype {dt} has values beyond 2**53, which f64 cannot hold exactly",
-                fix="convert those values to floating point yourself, choosing the rounding",
+                f"integer input of dtype {dt} holds {bad}, which f64 cannot represent exactly",
+                fix="convert such values to floating point yourself, choosing the rounding",
             )
-        return wide.astype(np.float64)
+        return as_float
     raise ConversionError(
         f"cannot convert an array of dtype {dt} to a number format exactly",
         fix="pass real numbers as float64, float32, a narrower float or an integer dtype",
