@@ -67,6 +67,8 @@ def exact_source(x) -> np.ndarray:
     raises :class:`ConversionError`.
     """
     arr = np.asarray(x)
+    if not arr.dtype.isnative:  # big-endian data: same values in the machine's byte order
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     dt = arr.dtype
     if dt == np.float32 or dt == np.float64:
         return arr
@@ -306,15 +308,15 @@ def _encode_dispatch(src, fmt, rounding, overflow, rbits):
     """Pick the fastest path that computes exactly :func:`_encode_exact`'s codes."""
     f32_source = src.dtype == np.float32
     if f32_source and rounding != "stochastic" and fmt.bits <= 8:
-        return _encode_f32_by_table(np.ascontiguousarray(src), fmt, rounding, overflow)
+        return _encode_f32_by_table(src, fmt, rounding, overflow)
     ieee_rne = rounding == "rne" and overflow == "native"
     if (f32_source and fmt.bits >= 32) or fmt.bits == 64 or (f32_source and ieee_rne and fmt.bits == 16):
         # Widening, identity, or an IEEE-754 convertFormat in round-to-nearest-even (NumPy's
         # f16 cast, ml_dtypes' bf16 cast): correctly rounded by definition, then NUM-CVT-3/4.
-        codes = np.ascontiguousarray(src.astype(fmt.dtype)).view(fmt.code_dtype)
+        codes = src.astype(fmt.dtype).view(fmt.code_dtype)  # same itemsize: any strides
         return _ieee_specials(codes, src, fmt, overflow)
     if f32_source and fmt.name == "bf16":
-        return _encode_f32_to_bf16(np.ascontiguousarray(src), rounding, overflow, rbits)
+        return _encode_f32_to_bf16(src, rounding, overflow, rbits)
     return _encode_exact(src.astype(np.float64), fmt, rounding, overflow, rbits).astype(fmt.code_dtype)
 
 
@@ -344,14 +346,12 @@ def decode(codes, fmt) -> np.ndarray:
             f"decode expects integer codes, got an array of dtype {codes.dtype}",
             fix="pass the raw codes (uint8/uint16/...), e.g. the result of encode()",
         )
+    _check_code_range(codes, fmt)
     if fmt.is_int:  # sign-extend the low bits: exact
         shift = np.int8(8 - fmt.bits)
-        _check_code_range(codes, fmt)
         return ((codes.astype(np.int8) << shift) >> shift).astype(np.float32)
     if fmt.bits <= 8:
-        table = _decode_table(fmt)
-        _check_code_range(codes, fmt)
-        return table[codes]
+        return _decode_table(fmt)[codes]
     if fmt.name == "f64":
         return codes.astype(np.uint64).view(np.float64)
     if fmt.name == "f32":
@@ -364,9 +364,9 @@ def decode(codes, fmt) -> np.ndarray:
 
 
 def _check_code_range(codes: np.ndarray, fmt: Format) -> None:
-    if codes.dtype == np.uint8 and fmt.bits == 8:
-        return
-    if codes.size and (np.min(codes) < 0 or np.max(codes) >= (1 << fmt.bits)):
+    if codes.dtype.kind == "u" and codes.dtype.itemsize * 8 <= fmt.bits:
+        return  # every value of the dtype is a code
+    if codes.size and (int(np.min(codes)) < 0 or int(np.max(codes)) >= (1 << fmt.bits)):
         raise ConversionError(
             f"codes out of range for {fmt.name}: they must lie in [0, {1 << fmt.bits})",
             fix="mask them with & 0x%X or unpack packed bytes first" % ((1 << fmt.bits) - 1),

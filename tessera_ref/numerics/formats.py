@@ -264,7 +264,7 @@ def get_format(spec) -> Format:
         key = ALIASES.get(key, key)
         if key in FORMATS:
             return FORMATS[key]
-    else:
+    elif spec is not None:
         try:
             dtype = np.dtype(spec)
         except TypeError:
