@@ -8,6 +8,16 @@ from .convert import OVERFLOW_MODES, ROUNDING_MODES, cast, decode, encode
 from .formats import ALIASES, FORMATS, Format, all_formats, get_format
 from .packing import pack, packed_nbytes, unpack
 from .policy import Accum, Policy, accum, as_policy
+from .rng import RNGKey, as_key, philox4x32_10, rand, randn, random_bits, randpoisson
+from .scaling import (
+    DelayedScaling,
+    HybridScaling,
+    ScaledTensor,
+    amax_scale,
+    quantize_mx,
+    quantize_nvfp4,
+    quantize_per_tensor,
+)
 
 # Module-level format names, as the Tessera guide writes them (NUM-FMT-2 for the bare names).
 f64 = fp64 = FORMATS["f64"]
@@ -28,6 +38,9 @@ __all__ = [
     "encode", "decode", "cast", "ROUNDING_MODES", "OVERFLOW_MODES",
     "pack", "unpack", "packed_nbytes",
     "Policy", "Accum", "accum", "as_policy", "Tensor", "TensorAnnotation",
+    "ScaledTensor", "quantize_mx", "quantize_nvfp4", "quantize_per_tensor", "amax_scale",
+    "DelayedScaling", "HybridScaling",
+    "RNGKey", "as_key", "philox4x32_10", "random_bits", "rand", "randn", "randpoisson",
     "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
     "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
 ]

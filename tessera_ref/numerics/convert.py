@@ -1,4 +1,4 @@
-"""Bit-exact conversion between number formats (spec clauses NUM-CVT-*).
+"""Bit-exact conversion between number formats (spec clauses ``NUM-CVT-*``).
 
 One definition of rounding serves every format (:func:`_encode_exact`): the source value is
 taken exactly (every f32/f16/bf16/fp8/fp6/fp4 value and every integer below 2**53 is exact

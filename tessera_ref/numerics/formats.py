@@ -1,4 +1,4 @@
-"""The number-format registry (spec clauses NUM-FMT-*).
+"""The number-format registry (spec clauses ``NUM-FMT-*``).
 
 A :class:`Format` describes one storage format bit by bit: its width, exponent and
 mantissa fields, bias, which codes are special (inf, NaN), the derived limits (max,

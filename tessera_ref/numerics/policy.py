@@ -1,4 +1,4 @@
-"""Numerics policies: numerics as part of a tensor's type (spec clauses NUM-POL-*).
+"""Numerics policies: numerics as part of a tensor's type (spec clauses ``NUM-POL-*``).
 
 A :class:`Policy` says how values of a tensor are stored and computed:
 
@@ -10,7 +10,7 @@ A :class:`Policy` says how values of a tensor are stored and computed:
 - ``scaling``: ``"none"``, ``"per_tensor"`` (amax), ``"delayed"`` (amax history), ``"mx"``
   (32-element blocks with e8m0 scales) or ``"nvfp4"`` (16-element blocks with e4m3 scales
   and an f32 global scale);
-- ``reduction``: ``"canonical"`` (the fixed orders of NUM-RED-*) or ``"exact"`` (sums
+- ``reduction``: ``"canonical"`` (the fixed orders ``NUM-RED-*``) or ``"exact"`` (sums
   computed exactly and rounded once, independent of mesh and tiling).
 
 The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``.
