@@ -72,3 +72,7 @@ class ScalingError(TesseraError, ValueError):
 
 class RNGError(TesseraError, ValueError):
     """A bad random-number request (key, index, distribution parameter)."""
+
+
+class ArithError(TesseraError, ValueError):
+    """A bad argument to an arithmetic operation: op name, operand count, shapes, formats."""

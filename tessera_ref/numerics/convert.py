@@ -21,7 +21,8 @@ import numpy as np
 from ..errors import ConversionError
 from .formats import FN, FINITE, IEEE, INT, SCALE, Format, get_format
 
-__all__ = ["ROUNDING_MODES", "OVERFLOW_MODES", "encode", "decode", "cast", "exact_source"]
+__all__ = ["ROUNDING_MODES", "OVERFLOW_MODES", "encode", "decode", "cast", "exact_source",
+           "check_modes", "rounding_bits"]
 
 #: NUM-CVT-2. ``rne`` ties to even; ``rtz`` toward zero; ``rup`` toward +inf; ``rdown``
 #: toward -inf; ``stochastic`` away from zero with probability equal to the discarded fraction,
@@ -37,7 +38,8 @@ _TWO32 = float(2**32)
 # ---------------------------------------------------------------------------------------
 # argument handling
 
-def _check_modes(fmt: Format, rounding, overflow, key):
+def check_modes(fmt: Format, rounding, overflow, key):
+    """Validate and default a (rounding, overflow) pair for a conversion into ``fmt``."""
     rounding = "rne" if rounding is None else rounding
     if rounding not in ROUNDING_MODES:
         raise ConversionError(
@@ -97,7 +99,8 @@ def exact_source(x) -> np.ndarray:
     )
 
 
-def _random_bits(key, index, shape):
+def rounding_bits(key, index, shape):
+    """The 32 random bits per element of stochastic rounding (NUM-CVT-5)."""
     from .rng import as_key, random_bits
 
     if index is None:
@@ -297,9 +300,9 @@ def encode(x, fmt, *, rounding=None, overflow=None, key=None, index=None) -> np.
     fmt_obj = get_format(fmt)
     rounding = rounding if rounding is not None else getattr(fmt, "rounding", None)
     overflow = overflow if overflow is not None else getattr(fmt, "overflow", None)
-    rounding, overflow = _check_modes(fmt_obj, rounding, overflow, key)
+    rounding, overflow = check_modes(fmt_obj, rounding, overflow, key)
     src = exact_source(x)
-    rbits = _random_bits(key, index, src.shape) if rounding == "stochastic" else None
+    rbits = rounding_bits(key, index, src.shape) if rounding == "stochastic" else None
     with np.errstate(over="ignore", invalid="ignore"):  # overflow and NaN are defined here
         return _encode_dispatch(src, fmt_obj, rounding, overflow, rbits)
 
