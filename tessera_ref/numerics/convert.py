@@ -302,7 +302,9 @@ def encode(x, fmt, *, rounding=None, overflow=None, key=None, index=None) -> np.
     overflow = overflow if overflow is not None else getattr(fmt, "overflow", None)
     rounding, overflow = check_modes(fmt_obj, rounding, overflow, key)
     src = exact_source(x)
-    rbits = rounding_bits(key, index, src.shape) if rounding == "stochastic" else None
+    exact_anyway = fmt_obj.bits == 64 or (src.dtype == np.float32 and fmt_obj.bits == 32)
+    needs_bits = rounding == "stochastic" and not exact_anyway  # no bits for exact conversions
+    rbits = rounding_bits(key, index, src.shape) if needs_bits else None
     with np.errstate(over="ignore", invalid="ignore"):  # overflow and NaN are defined here
         return _encode_dispatch(src, fmt_obj, rounding, overflow, rbits)
 
