@@ -1,8 +1,8 @@
 """Bit-exact conversion between number formats (spec clauses ``NUM-CVT-*``).
 
 One definition of rounding serves every format (:func:`_encode_exact`): the source value is
-taken exactly (every f32/f16/bf16/fp8/fp6/fp4 value and every integer below 2**53 is exact
-in f64), split into ``n * 2**q`` where ``2**q`` is the target's quantum at that magnitude
+taken exactly (every f32/f16/bf16/fp8/fp6/fp4 value is exact in f64, and integers that are
+not are rejected), split into ``n * 2**q`` where ``2**q`` is the target's quantum at that magnitude
 (the subnormal quantum below the smallest normal) and ``n`` an integer plus a fraction, and
 the integer is incremented or not by the rounding rule. Nothing here rounds twice and no
 host math library is involved: only exact ``frexp``/``ldexp``/``floor`` and comparisons.
@@ -157,12 +157,11 @@ def _encode_exact(x: np.ndarray, fmt: Format, rounding: str, overflow: str, rbit
         v = np.maximum(v, fmt.min_normal)  # no zero and no subnormals: tiny values clamp up
     special_over = over if toward_zero is None else over & ~toward_zero
     v = np.where(over, fmt.max, v)
-    if overflow == "saturate":
+    if overflow == "saturate" or fmt.special == FINITE:  # fp6/fp4's own overflow value is max
         special = nan
         v = np.where(inf, fmt.max, v)
     else:
-        special = nan | ((special_over | inf) if fmt.special != FINITE else np.zeros_like(nan))
-        v = np.where(inf & (fmt.special == FINITE), fmt.max, v)
+        special = nan | special_over | inf
 
     codes = _magnitude_codes(np.where(special, 0.0, v), fmt)
     if fmt.special == IEEE:  # overflow and inf inputs become inf; NaN the canonical quiet NaN
