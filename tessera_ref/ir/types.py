@@ -1,0 +1,197 @@
+"""IR types: tensors, scalars, ``index`` and functions.
+
+Types are immutable and hashable; two types are equal when they print the same. Each
+type's text is computed once, when it is built (``str(t)``).
+
+Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
+
+    type          ::= tensor-type | scalar-type | "index" | function-type
+    tensor-type   ::= "tensor<" (dim "x")* format ("," policy)? ">"
+    dim           ::= decimal-integer | "[" symbol "]"
+    symbol        ::= [A-Za-z_][A-Za-z0-9_]*
+    scalar-type   ::= format | "scalar<" format "," policy ">"
+    format        ::= a canonical format name: f64 f32 f16 bf16 fp8_e4m3 fp8_e5m2
+                      fp6_e2m3 fp6_e3m2 fp4_e2m1 e8m0 int8 int4
+    policy        ::= "#policy<" field ("," field)* ">"
+    field         ::= "accum=" format | "rounding=" word | "overflow=" word
+                    | "scaling=" word | "reduction=" word
+    function-type ::= "(" type-list? ")" "->" results
+    results       ::= "(" type-list? ")" | type      (a lone type that is not a function type)
+
+- A shape is written MLIR-style, dimensions joined by ``x`` with no spaces:
+  ``tensor<128x64xbf16>``; rank 0 is ``tensor<f32>``.
+- A symbolic dimension is its name in square brackets: ``tensor<[B]x[seq]x64xf32>``. The
+  brackets keep names unambiguous whatever letters they contain (``[max_x]``, ``[f32]``).
+- A policy equal to the storage format's default (``Policy(fmt)``: accum f32 for storage
+  narrower than f32, ``rne``, native overflow, no scaling, canonical reduction) is not
+  written. Otherwise ``#policy<...>`` lists exactly the fields that differ from that
+  default, in the order accum, rounding, overflow, scaling, reduction:
+  ``tensor<128x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic>>``,
+  ``scalar<bf16, #policy<rounding=rtz>>``. The parser accepts the fields in any order.
+- A scalar of a default policy is the bare format name (``f32``, ``fp8_e5m2``).
+- Function types follow MLIR: ``(tensor<4xf32>, f32) -> tensor<4xf32>``, ``() -> ()``,
+  ``(f32) -> (f32, f32)``; a function type returned alone is parenthesized:
+  ``(f32) -> ((f32) -> f32)``.
+
+A tensor type has a ``layout`` slot for the sharding attribute of the mesh work; it must
+be ``None`` until that attribute (and its ``#shard<...>`` syntax) exists.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ..errors import TesseraError
+from ..numerics import Policy, as_policy, get_format
+from .errors import IRError
+
+__all__ = ["Type", "TensorType", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
+           "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
+
+#: Policy fields written in ``#policy<...>``, in printing order.
+POLICY_FIELDS = ("accum", "rounding", "overflow", "scaling", "reduction")
+
+#: A symbolic dimension name.
+SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Type:
+    """Base class of IR types. ``str(t)`` is the type's text."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._text})"
+
+
+@lru_cache(maxsize=None)
+def default_policy(storage) -> Policy:
+    """``Policy(storage)``, the policy a bare format name means (cached per format)."""
+    return as_policy(storage)
+
+
+@lru_cache(maxsize=1024)
+def format_policy(policy: Policy) -> str:
+    """``""`` for the default policy of its storage format, else ``", #policy<...>"``."""
+    default = default_policy(policy.storage)
+    fields = []
+    for name in POLICY_FIELDS:
+        value = getattr(policy, name)
+        if value != getattr(default, name):
+            fields.append(f"{name}={getattr(value, 'name', value)}")
+    return f", #policy<{', '.join(fields)}>" if fields else ""
+
+
+def format_signature(inputs, results) -> str:
+    """MLIR function-type text for input and result types (see the module docstring)."""
+    text = "(" + ", ".join([t._text for t in inputs]) + ") -> "
+    if len(results) == 1 and not isinstance(results[0], FunctionType):
+        return text + results[0]._text
+    return text + "(" + ", ".join([t._text for t in results]) + ")"
+
+
+def _policy_arg(policy, what: str) -> Policy:
+    if isinstance(policy, Policy):
+        return policy
+    try:
+        return default_policy(get_format(policy))
+    except TesseraError as exc:
+        raise IRError(f"{what}: {exc.what}", fix=exc.fix) from None
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class TensorType(Type):
+    """A tensor: shape (ints and symbol names) x numerics policy x layout.
+
+    ``policy`` may be given as a :class:`~tessera_ref.numerics.Policy`, a format or a
+    format name; it is stored as a policy.
+    """
+
+    shape: tuple
+    policy: Policy
+    layout: object = None
+    _text: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        shape = tuple(self.shape)
+        for dim in shape:
+            if isinstance(dim, bool) or not isinstance(dim, (int, str)):
+                raise IRError(f"a tensor dimension must be an int or a symbol name, got {dim!r}",
+                              fix="write sizes as ints and symbolic sizes as names, e.g. ('B', 64)")
+            if isinstance(dim, int) and dim < 0:
+                raise IRError(f"a tensor dimension cannot be negative ({dim})", fix="use a size >= 0")
+            if isinstance(dim, str) and not SYMBOL_RE.fullmatch(dim):
+                raise IRError(f"symbolic dimension {dim!r} is not a name [A-Za-z_][A-Za-z0-9_]*",
+                              fix="use ASCII names like 'B', 'seq', 'd_model'")
+        policy = _policy_arg(self.policy, "the policy of a tensor type")
+        if self.layout is not None:
+            raise IRError(f"tensor layouts are not supported yet (got {self.layout!r})",
+                          fix="leave layout=None")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "policy", policy)
+        dims = "".join(f"[{d}]x" if isinstance(d, str) else f"{d}x" for d in shape)
+        object.__setattr__(self, "_text", f"tensor<{dims}{policy.storage.name}{format_policy(policy)}>")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def format(self):
+        """The storage format (``policy.storage``)."""
+        return self.policy.storage
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dimension is an int."""
+        return all(isinstance(d, int) for d in self.shape)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class ScalarType(Type):
+    """A scalar of a numerics policy (given as a policy, a format or a format name)."""
+
+    policy: Policy
+    _text: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        policy = _policy_arg(self.policy, "the policy of a scalar type")
+        object.__setattr__(self, "policy", policy)
+        extra = format_policy(policy)
+        text = f"scalar<{policy.storage.name}{extra}>" if extra else policy.storage.name
+        object.__setattr__(self, "_text", text)
+
+    @property
+    def format(self):
+        """The storage format (``policy.storage``)."""
+        return self.policy.storage
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class IndexType(Type):
+    """An integer index (loop counters, sizes, coordinates): ``index``."""
+
+    _text: str = field(default="index", init=False, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class FunctionType(Type):
+    """The type of a function: input types and result types."""
+
+    inputs: tuple
+    results: tuple
+    _text: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        inputs, results = tuple(self.inputs), tuple(self.results)
+        for t in inputs + results:
+            if not isinstance(t, Type):
+                raise IRError(f"a function type holds types, got {t!r}",
+                              fix="build the types with TensorType, ScalarType, IndexType, FunctionType")
+        object.__setattr__(self, "inputs", inputs)
+        object.__setattr__(self, "results", results)
+        object.__setattr__(self, "_text", format_signature(inputs, results))
