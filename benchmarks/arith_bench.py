@@ -13,24 +13,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import ml_dtypes
 import numpy as np
 
+from timing import best_time
 from tessera_ref.numerics.arith import fma
 from tessera_ref.numerics.exactsum import exact_dot, exact_sum
 from tessera_ref.numerics.reduce import dot_canonical, reduce_canonical
-
-
-def best_time(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def row(name: str, ours, baseline, base_name: str, repeat: int, work: float | None = None,

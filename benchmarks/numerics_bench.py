@@ -11,21 +11,11 @@ rounding modes are timed against the same baseline. Times are the best of ``--re
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 
+from timing import best_time
 from tessera_ref import numerics as tn
-
-
-def best_time(fn, repeat: int) -> float:
-    fn()  # warm caches and lazily built tables
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def sample(n: int, seed: int = 0) -> np.ndarray:

@@ -8,10 +8,6 @@ operations and ml_dtypes casts for NVFP4 and per-tensor scaling. The formats' co
 import dataclasses
 import hashlib
 import math
-import os
-import pathlib
-import subprocess
-import sys
 from fractions import Fraction
 
 import ml_dtypes
@@ -19,12 +15,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from determinism import digests_across_environments
 from tessera_ref.errors import ScalingError, TesseraError
 from tessera_ref.numerics.scaling import (
     DelayedScaling, ScaledTensor, amax_scale, quantize_mx, quantize_nvfp4, quantize_per_tensor,
 )
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # name -> (emax of the element format, max, mantissa bits, min-normal exponent, ml_dtypes dtype)
 MX = {
@@ -778,13 +774,8 @@ print(h.hexdigest())
 
 
 def test_deterministic_across_runs_and_thread_counts():
-    digests = []
-    for threads in ("1", "2"):
-        env = dict(os.environ, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
-                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONHASHSEED=threads)
-        out = subprocess.run([sys.executable, "-c", _DIGEST], env=env, capture_output=True, text=True, check=True)
-        digests.append(out.stdout.strip())
-    assert digests[0] == digests[1] and len(digests[0]) == 64
+    digests = digests_across_environments(_DIGEST)
+    assert digests[0] == digests[1]
     x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
     a, b = quantize_nvfp4(x), quantize_nvfp4(x.copy())
     assert np.array_equal(a.codes, b.codes) and np.array_equal(bits(a.dequantize()), bits(b.dequantize()))

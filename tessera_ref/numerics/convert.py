@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import ConversionError
-from .formats import FN, FINITE, IEEE, INT, SCALE, Format, get_format
+from .formats import FN, FINITE, IEEE, SCALE, Format, get_format
 
 __all__ = ["ROUNDING_MODES", "OVERFLOW_MODES", "encode", "decode", "cast", "exact_source",
            "check_modes", "rounding_bits"]

@@ -78,6 +78,7 @@ def test_block_insertion_iteration_and_detach():
     a = block.append(Operation.create("rand.a"))
     c = block.append(Operation.create("rand.c"))
     b = block.insert_before(Operation.create("rand.b"), c)
+    assert b.name == "rand.b" and b.parent is block
     d = block.insert_after(Operation.create("rand.d"), c)
     assert [op.name for op in block] == ["rand.a", "rand.b", "rand.c", "rand.d"]
     assert block.first_op is a and block.last_op is d
