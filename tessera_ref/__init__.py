@@ -1,10 +1,15 @@
 """tessera_ref: the reference implementation of the Tessera GPU programming model.
 
 What exists today: the number formats with bit-exact conversions, numerics policies and
-tensor annotations, block scaling and the counter-based RNG (:mod:`tessera_ref.numerics`).
+tensor annotations, block scaling and the counter-based RNG (:mod:`tessera_ref.numerics`);
+the IR infrastructure (:mod:`tessera_ref.ir`); the Graph IR primitives (:mod:`tessera_ref.op`,
+:mod:`tessera_ref.ops`), tracing (:mod:`tessera_ref.graph`, :func:`jit`) and the exact
+interpreter (:mod:`tessera_ref.interp`).
 """
-from . import numerics
+from . import graph, numerics, op
 from .errors import TesseraError
+from .frontend import jit
+from .ops import Array, asarray
 from .numerics import (
     Policy,
     Tensor,
@@ -32,7 +37,7 @@ from .numerics import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "numerics", "TesseraError", "Policy", "Tensor", "accum",
+    "numerics", "op", "graph", "jit", "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
     "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
     "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
 ]

@@ -76,3 +76,19 @@ class RNGError(TesseraError, ValueError):
 
 class ArithError(TesseraError, ValueError):
     """A bad argument to an arithmetic operation: op name, operand count, shapes, formats."""
+
+
+class ShapeError(TesseraError, ValueError):
+    """Operand shapes that do not fit an op (the message names every shape involved)."""
+
+
+class DTypeError(TesseraError, TypeError):
+    """Operand formats, policies or element kinds that do not fit an op (both types named)."""
+
+
+class OpError(TesseraError, ValueError):
+    """An unknown op, an unknown attribute, or an attribute value an op does not accept."""
+
+
+class TraceError(TesseraError, RuntimeError):
+    """A traced function used a traced value where a concrete one is needed, or let one escape."""

@@ -40,7 +40,7 @@ import numpy as np
 from ..errors import TesseraError
 from ..numerics import Format, get_format
 from .errors import IRError
-from .types import Type
+from .types import ELEMENT_KINDS, ElementKind, Type
 
 __all__ = ["DenseAttr", "SymbolRef", "attr_key", "unsupported_attribute", "float_bits", "format_float",
            "quote_string", "CANONICAL_NAN_BITS", "BARE_NAME_RE"]
@@ -101,7 +101,8 @@ class SymbolRef:
 
 @dataclass(frozen=True)
 class DenseAttr:
-    """A dense constant: a storage format, a static shape and the exact element bytes.
+    """A dense constant: a storage format (or element kind), a static shape and the exact
+    element bytes.
 
     ``data`` holds the elements in row-major order, each element as the little-endian
     bytes of its code, ``format.dtype.itemsize`` bytes per element (one byte per element
@@ -114,10 +115,7 @@ class DenseAttr:
     data: bytes
 
     def __post_init__(self):
-        try:
-            fmt = get_format(self.format)
-        except TesseraError as exc:
-            raise IRError(f"dense attribute: {exc.what}", fix=exc.fix) from None
+        fmt = _element(self.format)
         shape = tuple(self.shape)
         if any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in shape):
             raise IRError(f"a dense attribute needs a static shape of ints >= 0, got {shape}",
@@ -140,7 +138,7 @@ class DenseAttr:
     def from_array(cls, array, format=None) -> "DenseAttr":
         """The constant holding ``array``; its dtype decides the format unless given."""
         array = np.asarray(array)
-        fmt = get_format(array.dtype if format is None else format)
+        fmt = _element(array.dtype if format is None else format)
         if array.dtype != fmt.dtype:
             raise IRError(f"dense attribute of format {fmt.name} needs an array of dtype "
                           f"{fmt.dtype}, got {array.dtype}",
@@ -156,6 +154,23 @@ class DenseAttr:
     def __str__(self) -> str:
         dims = "".join(f"{d}x" for d in self.shape)
         return f'dense<"0x{self.data.hex().upper()}"> : tensor<{dims}{self.format.name}>'
+
+
+def _element(spec) -> "Format | ElementKind":
+    """The format or element kind named by ``spec`` (a format, kind, name or dtype)."""
+    if isinstance(spec, ElementKind):
+        return spec
+    if isinstance(spec, str) and spec in ELEMENT_KINDS:
+        return ELEMENT_KINDS[spec]
+    if not isinstance(spec, (str, Format)):
+        dtype = np.dtype(spec)
+        for kind in ELEMENT_KINDS.values():
+            if kind.dtype == dtype:
+                return kind
+    try:
+        return get_format(spec)
+    except TesseraError as exc:
+        raise IRError(f"dense attribute: {exc.what}", fix=exc.fix) from None
 
 
 def unsupported_attribute(value) -> IRError:

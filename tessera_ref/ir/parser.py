@@ -28,7 +28,7 @@ from .attributes import BARE_NAME_RE, CANONICAL_NAN_BITS, DenseAttr, SymbolRef
 from .core import MODULE, Block, Module, Operation, Region
 from .errors import IRError, IRParseError
 from .registry import op_info
-from .types import POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
+from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
 
@@ -37,6 +37,7 @@ _WS_START = " \t\n\r\f\v/"  # (and "" at the end of the text)
 _TOKEN = re.compile(r"\S{1,20}")
 _VALUE = re.compile(r"%([0-9]+|[A-Za-z_$.][A-Za-z0-9_$.]*)")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT_CHAR = re.compile(r"[A-Za-z0-9_]")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _LABEL = re.compile(r"\^[A-Za-z0-9_$.]+")
 _DIGITS = re.compile(r"[0-9]+")
@@ -462,8 +463,12 @@ class _Parser:
                 raise self.error(f"expected 'x' after dimension {shape[-1]}, found {self.found()}",
                                  fix="write shapes like 128x64xbf16 (symbolic dimensions as [B]x64xbf16)")
             self.pos += 1
-        fmt = self.format_name()
-        policy = self.policy(fmt)
+        kind = next((k for k in ELEMENT_KINDS.values() if text.startswith(k.name, self.pos)), None)
+        if kind is not None and not _IDENT_CHAR.match(text, self.pos + len(kind.name)):
+            self.pos += len(kind.name)
+            policy = kind
+        else:
+            policy = self.policy(self.format_name())
         self.expect(">", "to close tensor<...>")
         try:
             return TensorType(shape, policy)
@@ -634,7 +639,8 @@ class _Parser:
         self.ws()
         type_pos = self.pos
         ty = self.type()
-        if not isinstance(ty, TensorType) or ty.policy != default_policy(ty.format) or not ty.is_static:
+        if not isinstance(ty, TensorType) or not ty.is_static or (
+                ty.element_kind is None and ty.policy != default_policy(ty.format)):
             raise self.error(f"a dense constant's type is a static tensor type without a policy, got {ty}",
                              type_pos, fix="write : tensor<2x3xf32>")
         try:

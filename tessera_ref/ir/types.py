@@ -6,7 +6,8 @@ type's text is computed once, when it is built (``str(t)``).
 Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
 
     type          ::= tensor-type | scalar-type | "index" | function-type
-    tensor-type   ::= "tensor<" (dim "x")* format ("," policy)? ">"
+    tensor-type   ::= "tensor<" (dim "x")* element ">"
+    element       ::= format ("," policy)? | "i1" | "index" | "complex<f32>"
     dim           ::= decimal-integer | "[" symbol "]"
     symbol        ::= [A-Za-z_][A-Za-z0-9_]*
     scalar-type   ::= format | "scalar<" format "," policy ">"
@@ -33,6 +34,11 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
   ``(f32) -> (f32, f32)``; a function type returned alone is parenthesized:
   ``(f32) -> ((f32) -> f32)``.
 
+Besides numbers of a format and policy, a tensor may hold one of three *element kinds*
+(:data:`BOOL` ``i1``: comparison results and masks; :data:`INDEX` ``index``: 64-bit signed
+integers such as argmax results; :data:`COMPLEX64` ``complex<f32>``: pairs of f32, for the
+FFT ops). Element kinds have no policy: no conversion rounds into them implicitly.
+
 A tensor type has a ``layout`` slot for the sharding attribute of the mesh work; it must
 be ``None`` until that attribute (and its ``#shard<...>`` syntax) exists.
 """
@@ -42,11 +48,13 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from ..errors import TesseraError
 from ..numerics import Policy, as_policy, get_format
 from .errors import IRError
 
-__all__ = ["Type", "TensorType", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
+__all__ = ["Type", "TensorType", "ElementKind", "element_arg", "BOOL", "INDEX", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
            "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
 
 #: Policy fields written in ``#policy<...>``, in printing order.
@@ -54,6 +62,29 @@ POLICY_FIELDS = ("accum", "rounding", "overflow", "scaling", "reduction")
 
 #: A symbolic dimension name.
 SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, eq=False)
+class ElementKind:
+    """A non-numeric-format tensor element: its text and the NumPy dtype holding it.
+
+    Singletons (:data:`BOOL`, :data:`INDEX`, :data:`COMPLEX64`); compare with ``is``.
+    ``bits`` is the width of one element in memory accounting.
+    """
+
+    name: str
+    dtype: np.dtype
+    bits: int
+
+    def __repr__(self) -> str:
+        return f"ElementKind({self.name})"
+
+
+BOOL = ElementKind("i1", np.dtype(np.bool_), 8)
+INDEX = ElementKind("index", np.dtype(np.int64), 64)
+COMPLEX64 = ElementKind("complex<f32>", np.dtype(np.complex64), 64)
+#: Element kinds by their text.
+ELEMENT_KINDS = {k.name: k for k in (BOOL, INDEX, COMPLEX64)}
 
 
 class Type:
@@ -103,12 +134,27 @@ def _policy_arg(policy, what: str) -> Policy:
         raise IRError(f"{what}: {exc.what}", fix=exc.fix) from None
 
 
+def element_arg(element, what: str = "a tensor element"):
+    """A tensor element: an :class:`ElementKind` (or its text) or a policy (see :func:`_policy_arg`)."""
+    if isinstance(element, ElementKind):
+        return element
+    if isinstance(element, str) and element in ELEMENT_KINDS:
+        return ELEMENT_KINDS[element]
+    if isinstance(element, np.dtype) or (isinstance(element, type) and issubclass(element, np.generic)):
+        dtype = np.dtype(element)
+        for kind in ELEMENT_KINDS.values():
+            if kind.dtype == dtype:
+                return kind
+    return _policy_arg(element, what)
+
+
 @dataclass(frozen=True, slots=True, repr=False)
 class TensorType(Type):
-    """A tensor: shape (ints and symbol names) x numerics policy x layout.
+    """A tensor: shape (ints and symbol names) x element (numerics policy or element kind) x layout.
 
     ``policy`` may be given as a :class:`~tessera_ref.numerics.Policy`, a format or a
-    format name; it is stored as a policy.
+    format name (stored as a policy), or as an :class:`ElementKind` (or its text, or its
+    NumPy dtype) for boolean, index and complex tensors.
     """
 
     shape: tuple
@@ -127,14 +173,15 @@ class TensorType(Type):
             if isinstance(dim, str) and not SYMBOL_RE.fullmatch(dim):
                 raise IRError(f"symbolic dimension {dim!r} is not a name [A-Za-z_][A-Za-z0-9_]*",
                               fix="use ASCII names like 'B', 'seq', 'd_model'")
-        policy = _policy_arg(self.policy, "the policy of a tensor type")
+        policy = element_arg(self.policy, "the element of a tensor type")
         if self.layout is not None:
             raise IRError(f"tensor layouts are not supported yet (got {self.layout!r})",
                           fix="leave layout=None")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "policy", policy)
         dims = "".join(f"[{d}]x" if isinstance(d, str) else f"{d}x" for d in shape)
-        object.__setattr__(self, "_text", f"tensor<{dims}{policy.storage.name}{format_policy(policy)}>")
+        element = policy.name if isinstance(policy, ElementKind) else policy.storage.name + format_policy(policy)
+        object.__setattr__(self, "_text", f"tensor<{dims}{element}>")
 
     @property
     def rank(self) -> int:
@@ -142,8 +189,19 @@ class TensorType(Type):
 
     @property
     def format(self):
-        """The storage format (``policy.storage``)."""
-        return self.policy.storage
+        """The storage format (``policy.storage``), or the element kind itself."""
+        policy = self.policy
+        return policy if isinstance(policy, ElementKind) else policy.storage
+
+    @property
+    def element_kind(self) -> "ElementKind | None":
+        """The element kind, or ``None`` for a tensor of numbers of a format and policy."""
+        return self.policy if isinstance(self.policy, ElementKind) else None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype holding this tensor's values (the storage format's dtype)."""
+        return self.format.dtype
 
     @property
     def is_static(self) -> bool:

@@ -10,8 +10,10 @@ A :class:`Policy` says how values of a tensor are stored and computed:
 - ``scaling``: ``"none"``, ``"per_tensor"`` (amax), ``"delayed"`` (amax history), ``"mx"``
   (32-element blocks with e8m0 scales) or ``"nvfp4"`` (16-element blocks with e4m3 scales
   and an f32 global scale);
-- ``reduction``: ``"canonical"`` (the fixed orders ``NUM-RED-*``) or ``"exact"`` (sums
-  computed exactly and rounded once, independent of mesh and tiling).
+- ``reduction``: ``"canonical"`` (the fixed orders ``NUM-RED-*``), ``"exact"`` (sums
+  computed exactly and rounded once, independent of mesh and tiling) or ``"reassociate"``
+  (the canonical orders, plus permission for rewrites that change rounding, such as fusing
+  attention into flash attention).
 
 The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``.
 """
@@ -26,7 +28,7 @@ from .formats import Format, get_format
 __all__ = ["Policy", "Accum", "accum", "as_policy", "SCALING_SCHEMES", "REDUCTION_MODES"]
 
 SCALING_SCHEMES = ("none", "per_tensor", "delayed", "mx", "nvfp4")
-REDUCTION_MODES = ("canonical", "exact")
+REDUCTION_MODES = ("canonical", "exact", "reassociate")
 _MX_ELEMENTS = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
 
 
@@ -83,7 +85,8 @@ class Policy:
         object.__setattr__(self, "scaling", scaling)
         if self.reduction not in REDUCTION_MODES:
             raise PolicyError(f"unknown reduction mode {self.reduction!r}",
-                              fix="use 'canonical' (fixed order) or 'exact' (exact sum, rounded once)")
+                              fix="use 'canonical' (fixed order), 'exact' (exact sum, rounded once) or "
+                                  "'reassociate' (canonical order; rounding-changing rewrites allowed)")
 
     def with_(self, **changes) -> "Policy":
         """A copy with some fields changed (validated again)."""

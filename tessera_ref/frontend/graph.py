@@ -1,0 +1,144 @@
+"""Tracing Python functions into Graph IR: ``@graph.module("name")`` and ``@jit``.
+
+A :class:`GraphFunction` traces its Python function once per *signature* — the type of every
+tensor argument (shape and policy) plus the value of every static argument (Python scalars,
+strings, ``None``) — into a module with one ``tessera.func``, runs the graph rewrites
+(:mod:`tessera_ref.ops.rewrites`), and caches the result. Calling it runs the cached module
+in the exact interpreter and returns :class:`~tessera_ref.Array` values (a tuple/list when
+the function returns one). Inside another traced function it is inlined: its ops join the
+caller's trace.
+
+``f.inspect_ir("graph")`` prints the module of the most recent signature (after rewrites;
+``optimized=False`` shows the trace as recorded); ``f.trace(*args)`` traces without running.
+"""
+from __future__ import annotations
+
+import functools
+
+from ..errors import OpError, TraceError, user_location
+from ..interp.graph import run_function
+from ..ir import Module, verify
+from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
+
+__all__ = ["GraphFunction", "module", "jit", "TracedModule"]
+
+_LEVELS = ("graph",)
+
+
+class TracedModule:
+    """One cached trace: the module as recorded and after the rewrites, and the report."""
+
+    def __init__(self, traced: Module, optimized: Module, report, structure):
+        self.traced = traced
+        self.optimized = optimized
+        self.report = report
+        self.structure = structure
+
+    @property
+    def func(self):
+        return self.optimized.body.first_op
+
+
+class GraphFunction:
+    """A Python function traced to Graph IR on first call per signature (see the module docstring)."""
+
+    def __init__(self, fn, name: str | None = None, *, rewrite: bool = True):
+        if not callable(fn):
+            raise OpError(f"graph.module / jit decorate a function, got {fn!r}",
+                          fix="put the decorator on a def")
+        self.fn = fn
+        self.name = name or fn.__name__
+        self.rewrite = rewrite
+        self.cache: dict = {}
+        self._last: TracedModule | None = None
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<GraphFunction {self.name!r}: {len(self.cache)} traced signature(s)>"
+
+    # -- signatures -----------------------------------------------------------------------
+    def _signature(self, args):
+        key, tensors = [], []
+        for i, x in enumerate(args):
+            if isinstance(x, Tracer):
+                raise TraceError("a traced value reached a cached call", fix="report this as a bug")
+            if x is None or isinstance(x, (str, bool)) or is_weak_scalar(x):
+                key.append(("static", type(x).__name__, repr(x)))
+                tensors.append(None)
+                continue
+            try:
+                array = asarray(x)
+            except Exception as exc:
+                raise OpError(f"argument {i} of {self.name!r} is a {type(x).__name__}, which is neither a "
+                              f"tensor nor a static Python value", fix="pass arrays, scalars or strings") from exc
+            key.append(("tensor", array.type))
+            tensors.append(array)
+        return tuple(key), tensors
+
+    def trace(self, *args) -> Module:
+        """Trace (or fetch from the cache) the module for ``args``; returns the optimized module."""
+        key, tensors = self._signature(args)
+        return self._traced(key, args, tensors).optimized
+
+    def _traced(self, key, args, tensors) -> TracedModule:
+        entry = self.cache.get(key)
+        if entry is None:
+            entry = self._record(args, tensors)
+            self.cache[key] = entry
+        self._last = entry
+        return entry
+
+    def _record(self, args, tensors) -> TracedModule:
+        from ..ops.rewrites import optimize
+        code = getattr(self.fn, "__code__", None)
+        trace = Trace(self.name, location=f"{code.co_filename}:{code.co_firstlineno}" if code else user_location())
+        params = trace.arguments([t.type for t in tensors if t is not None])
+        it = iter(params)
+        call_args = [next(it) if t is not None else x for x, t in zip(args, tensors)]
+        with trace:
+            out = self.fn(*call_args)
+        structure = type(out) if isinstance(out, (tuple, list)) else None
+        results = list(out) if structure else [out]
+        module = trace.finish(results)
+        verify(module)
+        traced = module.clone() if self.rewrite else module
+        report = optimize(module) if self.rewrite else None
+        return TracedModule(traced, module, report, structure)
+
+    # -- calling --------------------------------------------------------------------------
+    def __call__(self, *args):
+        if current_trace() is not None or any(isinstance(x, Tracer) for x in args):
+            return self.fn(*args)  # inlined into the caller's trace
+        key, tensors = self._signature(args)
+        entry = self._traced(key, args, tensors)
+        arrays = [t.data for t in tensors if t is not None]
+        values = run_function(entry.func, *arrays)
+        results = [Array(v, r.type) for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
+        if entry.structure is None:
+            return results[0]
+        return entry.structure(results)
+
+    def inspect_ir(self, level: str = "graph", *, optimized: bool = True) -> str:
+        """The IR text of the most recent trace at ``level`` (``"graph"``; the schedule, tile and
+        target levels arrive with the tile issue)."""
+        if level not in _LEVELS:
+            raise OpError(f"inspect_ir: unknown or not yet available IR level {level!r}",
+                          fix=f"use one of {', '.join(_LEVELS)}")
+        if self._last is None:
+            raise TraceError(f"{self.name!r} has not been traced yet",
+                             fix=f"call it once, or call {self.name}.trace(*example_args)")
+        return str(self._last.optimized if optimized else self._last.traced)
+
+
+def module(name: str | None = None, *, rewrite: bool = True):
+    """``@graph.module("attention")``: trace the function into a Graph IR module called ``name``."""
+    if callable(name):
+        return GraphFunction(name, rewrite=rewrite)
+    return lambda fn: GraphFunction(fn, name, rewrite=rewrite)
+
+
+def jit(fn=None, *, rewrite: bool = True):
+    """``@jit``: trace the function once per signature and run the cached Graph IR."""
+    if fn is None:
+        return lambda f: GraphFunction(f, rewrite=rewrite)
+    return GraphFunction(fn, rewrite=rewrite)

@@ -1,0 +1,18 @@
+"""``tessera_ref.op``: every Graph IR op as a function (``op.matmul``, ``op.softmax``, ...).
+
+Each function runs eagerly on NumPy data and :class:`~tessera_ref.Array` values, and records
+the op when called inside a traced function (:func:`tessera_ref.graph.module`,
+:func:`tessera_ref.jit`). The functions are defined next to their primitives in the family
+modules of :mod:`tessera_ref.ops` (each lists its functions in ``__all__``); this module only
+collects them.
+"""
+from .ops import FAMILIES as _FAMILIES
+
+__all__ = []
+for _family in _FAMILIES:
+    for _name in _family.__all__:
+        if _name in globals():
+            raise ImportError(f"op.{_name} is defined by two op families")
+        globals()[_name] = getattr(_family, _name)
+        __all__.append(_name)
+del _family, _name

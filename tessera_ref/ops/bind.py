@@ -1,0 +1,56 @@
+"""Applying a primitive: :func:`bind` runs it eagerly or records it into the active trace.
+
+Every ``op.*`` function is a thin, documented wrapper around ``bind(PRIMITIVE, *operands,
+**attributes)``. ``bind``
+
+1. captures the user's source line (the first stack frame outside ``tessera_ref``);
+2. checks the attributes against the primitive's schema;
+3. turns operands into typed values — :class:`~tessera_ref.ops.values.Array` and NumPy data
+   as they are, Python scalars by the weak-typing rule of :mod:`~tessera_ref.ops.values`;
+4. infers the result types (errors name the line and every operand type);
+5. eagerly: runs ``impl`` and returns Arrays; while tracing (some operand is a
+   :class:`~tessera_ref.ops.values.Tracer`, or a trace is active): appends the op to the
+   trace and returns Tracers.
+"""
+from __future__ import annotations
+
+from ..errors import user_location
+from ..ir.types import ElementKind
+from .primitive import Call, Primitive
+from .values import Array, Tracer, asarray, current_trace, is_weak_scalar
+
+__all__ = ["bind", "weak_policy"]
+
+
+def weak_policy(operands):
+    """The policy Python scalars among ``operands`` take: the first numeric tensor operand's."""
+    for x in operands:
+        if isinstance(x, (Array, Tracer)):
+            if not isinstance(x.type.policy, ElementKind):
+                return x.type.policy
+        elif not is_weak_scalar(x) and not isinstance(x, bool):
+            element = asarray(x).type.policy
+            if not isinstance(element, ElementKind):
+                return element
+    return None
+
+
+def bind(prim: Primitive, *operands, **attrs):
+    """Apply ``prim`` to ``operands`` with ``attrs``: one result, or a tuple of results."""
+    location = user_location()
+    attrs = prim.check_attrs(attrs)
+    trace = next((x.trace for x in operands if isinstance(x, Tracer)), None) or current_trace()
+    weak = weak_policy(operands)
+    if trace is None:
+        arrays = [asarray(x, weak=weak) for x in operands]
+        in_types = tuple(a.type for a in arrays)
+        out_types = prim.infer_types(attrs, in_types, location)
+        call = Call(prim, attrs, in_types, out_types, location)
+        results = [Array(v, t) for v, t in zip(prim.run(call, *[a.data for a in arrays]), out_types)]
+    else:
+        values = [trace.value_of(x, weak) for x in operands]
+        in_types = tuple(v.type for v in values)
+        out_types = prim.infer_types(attrs, in_types, location)
+        op = trace.emit(prim.ir_name, values, out_types, attrs, location)
+        results = [Tracer(r, trace) for r in op.results]
+    return results[0] if len(results) == 1 else tuple(results)

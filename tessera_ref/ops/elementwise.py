@@ -1,0 +1,261 @@
+"""Elementwise arithmetic, selection and comparison ops (GRAPH-EW-*).
+
+Arithmetic (``add sub mul div fma neg abs minimum maximum``) follows NUM-EW-1: operands of
+one policy, broadcast (NumPy rules), converted exactly into the policy's ``accum`` format,
+one IEEE-754 operation there, the result rounded once into storage with the policy's
+rounding and overflow. ``fma`` is the single-rounding fused multiply-add (NUM-EW-2); there
+is no implicit contraction, so ``a * b + c`` is two ops and two roundings. ``minimum`` and
+``maximum`` are IEEE 754-2019 ``minimum``/``maximum`` (a NaN operand gives NaN; −0 < +0).
+
+``where(cond, a, b)`` selects without rounding; comparisons give ``i1`` tensors with IEEE
+semantics (NaN is unordered: only ``not_equal`` is true; −0 == +0); the logical ops act on
+``i1`` tensors.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError
+from ..ir import TensorType
+from ..ir.types import BOOL, INDEX, ElementKind
+from ..numerics import accum_op
+from ..numerics.arith import canonical_nan, to_accum
+from .bind import bind
+from .primitive import define
+from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
+                        same_element, to_storage)
+
+__all__ = ["add", "sub", "mul", "div", "fma", "neg", "abs", "minimum", "maximum", "where",
+           "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+           "logical_and", "logical_or", "logical_not"]
+
+
+def _require_numeric(name: str, types) -> None:
+    for t in types:
+        if isinstance(t.policy, ElementKind):
+            raise DTypeError(f"{name} computes on numbers of a format, got {t}",
+                             fix="convert it with op.cast(x, 'f32') (an i1 mask: op.where(mask, 1.0, 0.0))")
+
+
+def arithmetic_infer(name: str):
+    """``infer`` of a numeric elementwise op: one policy, broadcast shapes, a seed if stochastic."""
+    def infer(attrs, *types):
+        _require_numeric(name, types)
+        out = broadcast_types(name, *types)
+        require_seed(name, attrs, out)
+        return out
+    return infer
+
+
+def _ieee_extreme(op: str):
+    """IEEE 754-2019 maximum/minimum on accum arrays (NaN wins; −0 < +0)."""
+    def compute(a, b):
+        r = np.maximum(a, b) if op == "max" else np.minimum(a, b)
+        zeros = (a == 0) & (b == 0)
+        if zeros.any():
+            neg = np.signbit(a) & np.signbit(b) if op == "max" else np.signbit(a) | np.signbit(b)
+            r = np.where(zeros, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+        return r
+    return compute
+
+
+# operation in the accum format, per op: ("ieee", name of numerics op) or a NumPy function of
+# accum arrays whose result is exact (sign operations, selections of an operand)
+_ARITH = {
+    "add": "add", "sub": "sub", "mul": "mul", "div": "div", "fma": "fma",
+    "neg": np.negative, "abs": np.abs, "minimum": _ieee_extreme("min"), "maximum": _ieee_extreme("max"),
+}
+_FLOPS = {"fma": 2}
+
+
+def _arith_impl(name: str):
+    compute = _ARITH[name]
+
+    def impl(call, *arrays):
+        accum = call.out_types[0].policy.accum
+        if isinstance(compute, str):
+            r = accum_op(compute, *arrays, accum=accum)
+        else:
+            with np.errstate(invalid="ignore"):
+                r = canonical_nan(compute(*(to_accum(a, accum) for a in arrays)))
+            r = np.broadcast_to(r, call.out_types[0].shape)
+        return to_storage(call, r)
+    return impl
+
+
+def _define_arith(name: str):
+    return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name),
+                  cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
+                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR))
+
+
+ADD, SUB, MUL, DIV, FMA, NEG, ABS, MINIMUM, MAXIMUM = (_define_arith(n) for n in _ARITH)
+
+
+def add(a, b, *, seed=None):
+    """``a + b`` (GRAPH-EW-1); ``seed`` keys stochastic rounding into storage."""
+    return bind(ADD, a, b, seed=seed)
+
+
+def sub(a, b, *, seed=None):
+    """``a - b`` (GRAPH-EW-1)."""
+    return bind(SUB, a, b, seed=seed)
+
+
+def mul(a, b, *, seed=None):
+    """``a * b`` (GRAPH-EW-1); ``mul`` then ``add`` is two roundings (no implicit contraction)."""
+    return bind(MUL, a, b, seed=seed)
+
+
+def div(a, b, *, seed=None):
+    """``a / b`` (GRAPH-EW-1); ``x / 0`` is ±inf and ``0 / 0`` NaN, as IEEE."""
+    return bind(DIV, a, b, seed=seed)
+
+
+def fma(a, b, c, *, seed=None):
+    """``a·b + c`` with one rounding into the accum format (GRAPH-EW-2, NUM-EW-2)."""
+    return bind(FMA, a, b, c, seed=seed)
+
+
+def neg(x, *, seed=None):
+    """``-x`` (GRAPH-EW-1): exact; the result's sign bit is flipped, NaN stays canonical."""
+    return bind(NEG, x, seed=seed)
+
+
+def abs(x, *, seed=None):  # noqa: A001 - the op's name
+    """``|x|`` (GRAPH-EW-1): exact."""
+    return bind(ABS, x, seed=seed)
+
+
+def minimum(a, b, *, seed=None):
+    """IEEE 754-2019 ``minimum(a, b)`` (GRAPH-EW-1): NaN if either is NaN, ``minimum(-0, +0) = -0``."""
+    return bind(MINIMUM, a, b, seed=seed)
+
+
+def maximum(a, b, *, seed=None):
+    """IEEE 754-2019 ``maximum(a, b)`` (GRAPH-EW-1): NaN if either is NaN, ``maximum(-0, +0) = +0``."""
+    return bind(MAXIMUM, a, b, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------
+# where
+
+def _where_infer(attrs, cond, a, b):
+    if cond.policy is not BOOL:
+        raise DTypeError(f"where: the condition must be an i1 tensor, got {cond}",
+                         fix="build it with a comparison, e.g. op.greater(x, 0)")
+    return TensorType(broadcast_shapes("where", cond, a, b), same_element("where", a, b))
+
+
+def _where_impl(call, cond, a, b):
+    return np.where(cond, a, b).astype(call.out_types[0].dtype)
+
+
+WHERE = define("where", infer=_where_infer, impl=_where_impl, cost=elementwise_cost, spec="GRAPH-EW-3")
+
+
+def where(cond, a, b):
+    """``a`` where ``cond`` (i1) is true, else ``b``, broadcast; values are not rounded (GRAPH-EW-3)."""
+    return bind(WHERE, cond, a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# comparisons and logic
+
+_COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+            "greater": np.greater, "greater_equal": np.greater_equal}
+
+
+def _compare_infer(name: str):
+    def infer(attrs, a, b):
+        element = same_element(name, a, b)
+        if isinstance(element, ElementKind) and element is not INDEX:
+            raise DTypeError(f"{name} compares numbers or indices, got {a} and {b}",
+                             fix="compare i1 masks with op.logical_* or op.equal on op.cast values")
+        return TensorType(broadcast_shapes(name, a, b), BOOL)
+    return infer
+
+
+def _compare_impl(name: str):
+    fn = _COMPARE[name]
+
+    def impl(call, a, b):
+        element = call.in_types[0].policy
+        if element is not INDEX:  # exact widening; f64 holds every value of every format
+            a, b = a.astype(np.float64), b.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            return np.broadcast_to(fn(a, b), call.out_types[0].shape).copy()
+    return impl
+
+
+EQUAL, NOT_EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL = (
+    define(n, infer=_compare_infer(n), impl=_compare_impl(n), cost=elementwise_cost, spec="GRAPH-EW-4")
+    for n in _COMPARE)
+
+
+def equal(a, b):
+    """``a == b`` as i1 (GRAPH-EW-4): IEEE (NaN equals nothing, −0 == +0)."""
+    return bind(EQUAL, a, b)
+
+
+def not_equal(a, b):
+    """``a != b`` as i1 (GRAPH-EW-4): true when either is NaN."""
+    return bind(NOT_EQUAL, a, b)
+
+
+def less(a, b):
+    """``a < b`` as i1 (GRAPH-EW-4)."""
+    return bind(LESS, a, b)
+
+
+def less_equal(a, b):
+    """``a <= b`` as i1 (GRAPH-EW-4)."""
+    return bind(LESS_EQUAL, a, b)
+
+
+def greater(a, b):
+    """``a > b`` as i1 (GRAPH-EW-4)."""
+    return bind(GREATER, a, b)
+
+
+def greater_equal(a, b):
+    """``a >= b`` as i1 (GRAPH-EW-4)."""
+    return bind(GREATER_EQUAL, a, b)
+
+
+_LOGIC = {"logical_and": np.logical_and, "logical_or": np.logical_or, "logical_not": np.logical_not}
+
+
+def _logic_infer(name: str):
+    def infer(attrs, *types):
+        for t in types:
+            if t.policy is not BOOL:
+                raise DTypeError(f"{name} needs i1 operands, got {t}",
+                                 fix="make a mask with a comparison, e.g. op.not_equal(x, 0)")
+        return TensorType(broadcast_shapes(name, *types), BOOL)
+    return infer
+
+
+def _logic_impl(name: str):
+    fn = _LOGIC[name]
+    return lambda call, *arrays: np.broadcast_to(fn(*arrays), call.out_types[0].shape).copy()
+
+
+LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT = (
+    define(n, infer=_logic_infer(n), impl=_logic_impl(n), cost=elementwise_cost, spec="GRAPH-EW-5")
+    for n in _LOGIC)
+
+
+def logical_and(a, b):
+    """Elementwise ``a and b`` of i1 tensors (GRAPH-EW-5)."""
+    return bind(LOGICAL_AND, a, b)
+
+
+def logical_or(a, b):
+    """Elementwise ``a or b`` of i1 tensors (GRAPH-EW-5)."""
+    return bind(LOGICAL_OR, a, b)
+
+
+def logical_not(a):
+    """Elementwise ``not a`` of an i1 tensor (GRAPH-EW-5)."""
+    return bind(LOGICAL_NOT, a)

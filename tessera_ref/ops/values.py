@@ -1,0 +1,342 @@
+"""What ops take and return: concrete :class:`Array` values and :class:`Tracer` placeholders.
+
+An :class:`Array` is a tensor with values: a NumPy array of its storage dtype (ml_dtypes
+dtypes for bf16 and the narrow formats, ``bool``/``int64``/``complex64`` for the element
+kinds) and its :class:`~tessera_ref.ir.TensorType` (static shape, policy).
+``numpy.asarray(a)`` gives the values. :func:`asarray` makes one from array-likes.
+
+A :class:`Tracer` stands for a value while a function is being traced into Graph IR (see
+:class:`Trace`); it has the same operator surface but no values, so Python control flow on
+it (``if t > 0``) is a :class:`~tessera_ref.errors.TraceError` telling the user to use
+``op.where``.
+
+Python scalars in an op are *weakly typed*: a float or int takes the policy of the op's
+first numeric tensor operand (f32 when there is none) and is converted into its storage
+format with that policy's rounding; a bool is an ``i1`` scalar.
+"""
+from __future__ import annotations
+
+import importlib
+import numbers
+
+import numpy as np
+
+from ..errors import DTypeError, TraceError
+from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
+from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
+from ..numerics import Policy, as_policy, cast, get_format
+
+__all__ = ["Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar"]
+
+
+def _op():
+    return importlib.import_module("tessera_ref.op")
+
+
+class _Operators:
+    """Python operators shared by :class:`Array` and :class:`Tracer` (they call ``tessera_ref.op``)."""
+
+    __slots__ = ()
+    __array_priority__ = 1000
+
+    def __add__(self, other): return _op().add(self, other)
+    def __radd__(self, other): return _op().add(other, self)
+    def __sub__(self, other): return _op().sub(self, other)
+    def __rsub__(self, other): return _op().sub(other, self)
+    def __mul__(self, other): return _op().mul(self, other)
+    def __rmul__(self, other): return _op().mul(other, self)
+    def __truediv__(self, other): return _op().div(self, other)
+    def __rtruediv__(self, other): return _op().div(other, self)
+    def __pow__(self, other): return _op().pow(self, other)
+    def __rpow__(self, other): return _op().pow(other, self)
+    def __matmul__(self, other): return _op().matmul(self, other)
+    def __rmatmul__(self, other): return _op().matmul(other, self)
+    def __neg__(self): return _op().neg(self)
+    def __abs__(self): return _op().abs(self)
+    def __lt__(self, other): return _op().less(self, other)
+    def __le__(self, other): return _op().less_equal(self, other)
+    def __gt__(self, other): return _op().greater(self, other)
+    def __ge__(self, other): return _op().greater_equal(self, other)
+    def __getitem__(self, index): return _op().getitem(self, index)
+
+    @property
+    def T(self):
+        """All axes reversed, as NumPy's ``.T`` (the matrix transpose for rank 2)."""
+        return _op().transpose(self)
+
+    @property
+    def mT(self):
+        """The last two axes swapped (a batched matrix transpose)."""
+        rank = len(self.shape)
+        if rank < 2:
+            return _op().transpose(self)
+        return _op().transpose(self, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+
+    def reshape(self, *shape):
+        return _op().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+
+    def astype(self, dtype, **policy):
+        return _op().cast(self, dtype, **policy)
+
+    def sum(self, axis=None): return _op().sum(self, axis=axis)
+    def mean(self, axis=None): return _op().mean(self, axis=axis)
+    def max(self, axis=None): return _op().max(self, axis=axis)
+    def min(self, axis=None): return _op().min(self, axis=axis)
+
+    @property
+    def policy(self):
+        """The numerics policy (or the element kind for bool, index and complex tensors)."""
+        return self.type.policy
+
+    @property
+    def format(self):
+        """The storage format (or element kind)."""
+        return self.type.format
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.type.rank
+
+
+class Array(_Operators):
+    """A concrete tensor: ``data`` (values in the storage dtype) and ``type`` (static)."""
+
+    __slots__ = ("data", "type")
+
+    def __init__(self, data: np.ndarray, type: TensorType):
+        self.data = data
+        self.type = type
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def size(self) -> int:
+        return self.data.size
+
+    def __array__(self, dtype=None, copy=None):
+        data = self.data
+        if dtype is not None and np.dtype(dtype) != data.dtype:
+            return data.astype(dtype)
+        return data.copy() if copy else data
+
+    def __len__(self) -> int:
+        if not self.data.ndim:
+            raise TypeError("len() of a 0-d tensor")
+        return len(self.data)
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    def __float__(self) -> float:
+        return float(self.data)
+
+    def __int__(self) -> int:
+        return int(self.data)
+
+    def item(self):
+        return self.data.item()
+
+    def numpy(self) -> np.ndarray:
+        """The values (the storage-dtype array itself; do not modify it)."""
+        return self.data
+
+    def __repr__(self) -> str:
+        body = np.array2string(np.asarray(self.data), separator=", ", threshold=20, edgeitems=3)
+        return f"Array({body}, type={self.type})"
+
+
+class Tracer(_Operators):
+    """A value of a function being traced: an IR :class:`~tessera_ref.ir.Value` in a :class:`Trace`."""
+
+    __slots__ = ("value", "trace")
+
+    def __init__(self, value: Value, trace: "Trace"):
+        self.value = value
+        self.trace = trace
+
+    @property
+    def type(self) -> TensorType:
+        return self.value.type
+
+    def _concrete(self, what: str):
+        raise TraceError(f"{what} of a traced value ({self.type}) inside {self.trace.name!r}: tracing "
+                         "records the computation, the values do not exist yet",
+                         fix="use op.where(cond, a, b) instead of if/else on tensor values, or make "
+                             "the value a static Python argument")
+
+    def __bool__(self):
+        self._concrete("the truth value")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("numpy.asarray()")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.type} in {self.trace.name!r})"
+
+
+_TRACES: list["Trace"] = []
+
+
+def current_trace() -> "Trace | None":
+    """The innermost trace being recorded, or ``None`` (eager execution)."""
+    return _TRACES[-1] if _TRACES else None
+
+
+class Trace:
+    """Records ops into a new ``tessera.func`` of a new module while it is active.
+
+    Use as a context manager; :meth:`arguments` creates the function's parameters,
+    :meth:`finish` adds the return and seals the trace (tracers of a sealed trace raise
+    :class:`~tessera_ref.errors.TraceError` when used again).
+    """
+
+    def __init__(self, name: str, location: str | None = None):
+        self.name = name
+        self.location = location
+        self.module = Module()
+        self.func: Operation | None = None
+        self.block = Block()
+        self.sealed = False
+        self._constants: dict = {}
+
+    def __enter__(self) -> "Trace":
+        _TRACES.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _TRACES.remove(self)
+
+    def arguments(self, types) -> list[Tracer]:
+        return [Tracer(self.block.add_argument(t), self) for t in types]
+
+    def emit(self, name: str, operands, result_types, attributes, location) -> Operation:
+        op = Operation(name, operands, result_types, attributes, (), location)
+        self.block.append(op)
+        return op
+
+    def value_of(self, x, weak) -> Value:
+        """The IR value for an operand: a tracer's own value, or a constant op for concrete data."""
+        if isinstance(x, Tracer):
+            if x.trace is not self:
+                raise TraceError(f"a traced value of {x.trace.name!r} ({x.type}) is used in {self.name!r}"
+                                 + (" after its trace ended" if x.trace.sealed else ""),
+                                 fix="pass values between traced functions as arguments and results")
+            return x.value
+        array = asarray(x, weak=weak)
+        key = (array.type, array.data.tobytes())
+        value = self._constants.get(key)
+        if value is None:
+            value = constant_op(array, self).results[0]
+            self._constants[key] = value
+        return value
+
+    def finish(self, results) -> Module:
+        """Return ``results`` from the function and put it into the module."""
+        values = [self.value_of(r, None) for r in results]
+        self.block.append(return_op(values, location=self.location))
+        func = func_op(self.name, [a.type for a in self.block.args], [v.type for v in values],
+                       location=self.location)
+        func.regions[0].blocks.pop()
+        func.regions[0].append(self.block)
+        self.module.body.append(func)
+        self.func = func
+        self.sealed = True
+        return self.module
+
+
+def constant_op(array: "Array", trace: Trace) -> Operation:
+    """A ``tessera.graph.constant`` holding ``array`` in ``trace`` (defined in :mod:`.constant`)."""
+    from .constant import constant_attrs
+    return trace.emit("tessera.graph.constant", (), (array.type,), constant_attrs(array), None)
+
+
+# ---------------------------------------------------------------------------------------
+# making Arrays
+
+def element_of_dtype(dtype) -> "Policy | ElementKind":
+    """The element a NumPy dtype holds: a format's default policy, or an element kind."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return BOOL
+    if dtype.kind in "iu":
+        return INDEX
+    if dtype.kind == "c":
+        return COMPLEX64
+    return as_policy(get_format(dtype))
+
+
+def is_weak_scalar(x) -> bool:
+    """A Python (or NumPy) int/float scalar, which takes its operation's policy."""
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and not isinstance(x, np.ndarray)
+
+
+def _convert(values: np.ndarray, element) -> np.ndarray:
+    if isinstance(element, ElementKind):
+        if element is INDEX and values.dtype.kind not in "iub":
+            raise DTypeError(f"an index tensor holds integers; got values of dtype {values.dtype}",
+                             fix="pass integer data, or a float format for float data")
+        if element is BOOL and values.dtype != np.bool_:
+            raise DTypeError(f"an i1 tensor holds booleans; got values of dtype {values.dtype}",
+                             fix="compare explicitly (x != 0) to make a mask")
+        return values.astype(element.dtype)
+    if values.dtype.kind == "c":
+        raise DTypeError(f"complex values cannot be stored as {element.storage.name}",
+                         fix="take op.real / op.imag first, or store them as complex<f32>")
+    if values.dtype == element.storage.dtype:
+        return values
+    return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow)
+
+
+def asarray(x, dtype=None, policy=None, *, weak=None) -> Array:
+    """An :class:`Array` holding ``x`` (an Array, NumPy array, nested list or scalar).
+
+    ``dtype`` (a format, its name, or ``"i1"``/``"index"``/``"complex<f32>"``) or ``policy``
+    (a :class:`~tessera_ref.numerics.Policy`, e.g. ``bf16 @accum(f32)``) choose the element;
+    values are converted into the storage format with the policy's rounding and overflow
+    (NUM-CVT). Without either, an Array is returned as is and a NumPy dtype decides (floats
+    by their format, ints as ``index``, bools as ``i1``, complex as ``complex<f32>``); Python
+    floats become f32, or the ``weak`` policy when one is given (the scalar rule above).
+    """
+    if isinstance(x, Tracer):
+        raise TraceError("asarray() of a traced value: inside a traced function the values do not exist",
+                         fix="use the traced value directly in op.* calls")
+    if dtype is not None and policy is not None:
+        raise DTypeError(f"asarray() got both dtype={dtype!r} and policy={policy!r}",
+                         fix="pass policy= alone (it names the storage format too)")
+    if policy is not None:
+        element = as_policy(policy)
+    elif dtype is not None:
+        element = element_arg(dtype, "asarray's dtype")
+    elif isinstance(x, Array):
+        return x
+    elif isinstance(x, (bool, np.bool_)):
+        element = BOOL
+    elif is_weak_scalar(x) and not isinstance(x, np.generic):
+        element = as_policy(weak if weak is not None else "f32")
+    else:
+        element = element_of_dtype(np.asarray(x).dtype)
+    values = x.data if isinstance(x, Array) else np.asarray(x)
+    if values.dtype == object:
+        raise DTypeError("asarray() got ragged or non-numeric data",
+                         fix="pass a rectangular array of numbers")
+    data = _convert(values, element)
+    if not data.flags.c_contiguous:
+        data = data.copy()
+    return Array(data, TensorType(data.shape, element))
