@@ -35,7 +35,7 @@ import numpy as np
 __all__ = [
     "Spec", "SPECS", "FORMAT_NAMES", "ROUNDINGS", "OVERFLOWS",
     "decode_codes", "value_table", "ref_encode", "ref_decode", "fraction_encode",
-    "fraction_decode", "neighbours",
+    "fraction_decode", "neighbours", "round_f32",
 ]
 
 ROUNDINGS = ("rne", "rtz", "rup", "rdown", "stochastic")
@@ -490,3 +490,20 @@ def fraction_decode(code: int, name: str):
     else:
         v = ((1 << M) + m) * Fraction(2) ** (ef - spec.bias - M)
     return -v if s else v
+
+
+def round_f32(q: Fraction) -> np.float32:
+    """The rational ``q`` rounded once to nearest even f32 (normal and subnormal range; the
+    callers stay below the overflow threshold). The reference for exact f32 dot products."""
+    if q == 0:
+        return np.float32(0.0)
+    e = math.floor(math.log2(abs(q)))
+    while Fraction(2) ** e > abs(q):
+        e -= 1
+    while Fraction(2) ** (e + 1) <= abs(q):
+        e += 1
+    spacing = Fraction(2) ** (max(e, -126) - 23)
+    whole, frac = divmod(q / spacing, 1)
+    if frac > Fraction(1, 2) or (frac == Fraction(1, 2) and whole % 2):
+        whole += 1
+    return np.float32(float(whole * spacing))

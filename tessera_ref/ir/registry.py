@@ -15,7 +15,9 @@ An op definition (the primitive registry of :mod:`tessera_ref.ops`, the builtin 
   outside (functions, the module). SSA names are scoped per isolated op in the text.
 
 Names that are not registered get the defaults: no hook, no side effects, not a
-terminator, not isolated.
+terminator, not isolated — except in a *closed* dialect (:func:`close_dialect`, e.g.
+``tessera.graph``), whose complete op set is registered: there an unregistered name is an
+unknown op, which the verifier reports.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from typing import Callable
 
 from .errors import IRError
 
-__all__ = ["OpInfo", "OPS", "register_op", "op_info", "has_side_effects", "is_trivially_dead"]
+__all__ = ["OpInfo", "OPS", "register_op", "op_info", "has_side_effects", "is_trivially_dead",
+           "close_dialect", "unknown_in_closed_dialect"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,17 @@ class OpInfo:
 OPS: dict[str, OpInfo] = {}
 
 _DEFAULT = OpInfo("<unregistered>")
+_CLOSED: set = set()
+
+
+def close_dialect(prefix: str) -> None:
+    """Declare that every op of dialect ``prefix`` (``"tessera.graph"``) is registered."""
+    _CLOSED.add(prefix)
+
+
+def unknown_in_closed_dialect(name: str) -> bool:
+    """True when ``name`` belongs to a closed dialect but is not registered."""
+    return name not in OPS and name.rsplit(".", 1)[0] in _CLOSED
 
 
 def register_op(name: str, *, verify: Callable | None = None, side_effects: bool = False,

@@ -20,10 +20,12 @@ Then, innermost ops first, each op's registered ``verify`` hook runs.
 """
 from __future__ import annotations
 
+import difflib
+
 from .attributes import attr_key
 from .core import BlockArgument, Operation
 from .errors import IRError, VerifyError
-from .registry import op_info
+from .registry import OPS, op_info, unknown_in_closed_dialect
 from .types import Type
 
 __all__ = ["verify"]
@@ -75,6 +77,13 @@ class _Verifier:
         except IRError as exc:
             raise op.emit_error(f"attribute {key!r}: {exc.what}", fix=exc.fix) from None
         info = op_info(op.name)
+        if unknown_in_closed_dialect(op.name):
+            dialect = op.name.rsplit(".", 1)[0]
+            known = [n.rsplit(".", 1)[1] for n in OPS if n.startswith(dialect + ".")]
+            close = difflib.get_close_matches(op.name.rsplit(".", 1)[1], known, n=3)
+            raise op.emit_error(f"unknown op: {dialect} has no op '{op.name.rsplit('.', 1)[1]}'",
+                                fix=f"did you mean {', '.join(close)}?" if close else
+                                f"the ops of {dialect} are listed by `tessera-ref ops`")
         if info.terminator and op.parent is not None and op.parent._last is not op:
             raise op.emit_error("is a terminator but is not the last op of its block",
                                 fix="move it to the end of the block or erase the ops after it")

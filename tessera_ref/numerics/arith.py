@@ -232,7 +232,8 @@ def round_f64_into(x: np.ndarray, accum: Format) -> np.ndarray:
     """f64 values rounded once to nearest even into the accumulation format ``accum``
     (f32: IEEE convertFormat, overflow to inf; f16/bf16: NUM-CVT). Returns ``accum.dtype``."""
     if accum.name == "f32":
-        return x.astype(np.float32)
+        with np.errstate(over="ignore"):  # overflow to ±inf is the defined result
+            return x.astype(np.float32)
     return cast(x, accum, rounding="rne", overflow="native")
 
 

@@ -1,2 +1,138 @@
-"""(being written)"""
-__all__ = []
+"""Conversion between element types: ``cast`` (GRAPH-CAST-1).
+
+The target is the attribute ``to``: a :class:`~tessera_ref.ir.ScalarType` (a format with its
+policy: rounding, overflow, accum, reduction) or the name of an element kind, ``"i1"`` or
+``"index"``. Rules, by source → target:
+
+- number → format: the exact source value converted once into the target storage by
+  NUM-CVT with the target policy's rounding and overflow (stochastic rounding keyed by
+  ``seed`` and the row-major element index, NUM-CVT-5). No accum step: nothing is rounded
+  before that one conversion. ``i1`` sources are 0/1; ``index`` sources are exact integers,
+  and an index of magnitude above 2^53 that f64 cannot hold is a runtime
+  :class:`~tessera_ref.errors.OpError` (NUM-CVT-1 rejects such sources).
+- number → ``i1``: ``x != 0`` (NaN is true, ±0 false).
+- number → ``index``: truncation toward zero; NaN gives 0; values at or beyond the int64
+  range (±inf included) saturate to −2^63 or 2^63 − 1.
+- ``i1`` ↔ ``index``: 0/1 and ``x != 0``; a kind to itself is the identity.
+
+Complex tensors are not castable (use ``op.real``/``op.imag``), and a target policy with
+block or tensor scaling is an error: scaled quantization is not a Graph op yet.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, OpError, TesseraError
+from ..ir import ScalarType, TensorType
+from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
+from ..numerics import Policy, as_policy, get_format
+from .bind import bind
+from .primitive import Attr, define
+from .typecheck import SEED_ATTR, elementwise_cost, require_seed, to_storage
+
+__all__ = ["cast"]
+
+_KINDS = {BOOL.name: BOOL, INDEX.name: INDEX}
+_EXACT_INT = 2 ** 53
+_INT64_MIN, _INT64_MAX = -2.0 ** 63, 2.0 ** 63
+
+
+def _element(value):
+    """An ElementKind or a Policy for a ``to`` given in any accepted spelling."""
+    if isinstance(value, ScalarType):
+        return value.policy
+    if isinstance(value, Policy):
+        return value
+    try:
+        return element_arg(value, "cast's target")
+    except TesseraError:
+        pass
+    try:
+        return as_policy(get_format(value))
+    except TesseraError:
+        raise ValueError("expected a format name, Format, Policy, ScalarType, 'i1' or 'index'") from None
+
+
+def _check_to(value):
+    """The canonical ``to`` attribute: a ScalarType, or ``"i1"``/``"index"``."""
+    element = _element(value)
+    if element is COMPLEX64:
+        raise OpError("cast cannot produce complex<f32> tensors",
+                      fix="build complex values with the FFT ops; cast real parts with op.real/op.imag")
+    if isinstance(element, ElementKind):
+        return element.name
+    if element.scaling != "none":
+        raise OpError(f"cast to {element} with scaling={element.scaling!r}: block/tensor-scaled "
+                      "quantization is not a Graph op yet",
+                      fix="cast to the unscaled format (policy.with_(scaling='none')) or quantize the "
+                          "values with tessera_ref.numerics.quantize_mx / quantize_nvfp4 / quantize_per_tensor")
+    return ScalarType(element)
+
+
+def _target(to) -> "Policy | ElementKind":
+    return _KINDS[to] if isinstance(to, str) else to.policy
+
+
+def _infer(attrs, x):
+    if x.policy is COMPLEX64:
+        raise DTypeError(f"cast: complex tensors are not castable, got {x}",
+                         fix="take op.real(x) / op.imag(x) first")
+    out = TensorType(x.shape, _target(attrs["to"]))
+    require_seed("cast", attrs, out)
+    return out
+
+
+def _to_index(x: np.ndarray) -> np.ndarray:
+    """Truncation toward zero; NaN → 0; saturation to the int64 range."""
+    v = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(np.where(np.isnan(v), 0.0, v))
+        big, small = t >= _INT64_MAX, t < _INT64_MIN
+        r = np.where(big | small, 0.0, t).astype(np.int64)
+    r[big] = np.iinfo(np.int64).max
+    r[small] = np.iinfo(np.int64).min
+    return r
+
+
+def _impl(call, x):
+    src, dst = call.in_types[0].policy, call.out_types[0].policy
+    if dst is BOOL:
+        return np.asarray(x != 0) if src is INDEX or src is BOOL else np.asarray(x.astype(np.float64) != 0)
+    if dst is INDEX:
+        return x.astype(np.int64) if isinstance(src, ElementKind) else _to_index(x)
+    inexact = (x > _EXACT_INT) | (x < -_EXACT_INT) if src is INDEX else None
+    if inexact is not None and inexact.any():
+        bad = x[inexact].reshape(-1)[0]
+        raise OpError(f"cast of an index tensor ({call.in_types[0]}) to {call.out_types[0]}: the value "
+                      f"{bad} is beyond 2^53, where f64 cannot hold every integer (NUM-CVT-1)",
+                      fix="keep index values within ±2^53 before converting them to a float format",
+                      location=call.location)
+    return to_storage(call, x)
+
+
+CAST = define("cast", infer=_infer, impl=_impl, cost=elementwise_cost, spec="GRAPH-CAST-1",
+              attrs={"to": Attr(check=_check_to, doc="the target: a format name, Format, Policy or "
+                                                     "ScalarType, or 'i1' / 'index'"),
+                     **SEED_ATTR})
+
+
+def cast(x, to, *, rounding=None, overflow=None, seed=None):
+    """``x`` converted to ``to`` (GRAPH-CAST-1; see the module docstring for every rule).
+
+    ``to`` is a format name (``"bf16"``), a :class:`~tessera_ref.numerics.Format`, a
+    :class:`~tessera_ref.numerics.Policy` (``fp8 @accum(f32)``), a ScalarType, or ``"i1"`` /
+    ``"index"``. ``rounding`` and ``overflow`` override the target policy's (NUM-CVT-2/3);
+    ``seed`` keys stochastic rounding.
+    """
+    if rounding is not None or overflow is not None:
+        element = _element(to)
+        if isinstance(element, ElementKind):
+            raise OpError(f"cast to {element.name} takes no rounding/overflow (got rounding={rounding!r}, "
+                          f"overflow={overflow!r})",
+                          fix="leave them out: conversions to i1/index have fixed rules (GRAPH-CAST-1)")
+        changes = {k: v for k, v in (("rounding", rounding), ("overflow", overflow)) if v is not None}
+        try:
+            to = element.with_(**changes)
+        except TesseraError as exc:
+            raise OpError(f"cast: {exc.what}", fix=exc.fix) from None
+    return bind(CAST, x, to=to, seed=seed)

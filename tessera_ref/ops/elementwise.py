@@ -21,7 +21,7 @@ from ..ir.types import BOOL, INDEX, ElementKind
 from ..numerics import accum_op
 from ..numerics.arith import canonical_nan, to_accum
 from .bind import bind
-from .primitive import define
+from .primitive import NOT_DIFFERENTIABLE, define
 from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
                         same_element, to_storage)
 
@@ -189,7 +189,8 @@ def _compare_impl(name: str):
 
 
 EQUAL, NOT_EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL = (
-    define(n, infer=_compare_infer(n), impl=_compare_impl(n), cost=elementwise_cost, spec="GRAPH-EW-4")
+    define(n, infer=_compare_infer(n), impl=_compare_impl(n), cost=elementwise_cost, spec="GRAPH-EW-4",
+           vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
     for n in _COMPARE)
 
 
@@ -242,7 +243,8 @@ def _logic_impl(name: str):
 
 
 LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT = (
-    define(n, infer=_logic_infer(n), impl=_logic_impl(n), cost=elementwise_cost, spec="GRAPH-EW-5")
+    define(n, infer=_logic_infer(n), impl=_logic_impl(n), cost=elementwise_cost, spec="GRAPH-EW-5",
+           vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
     for n in _LOGIC)
 
 

@@ -1,2 +1,140 @@
-"""(being written)"""
-__all__ = []
+"""Elementary functions (GRAPH-MATH-1 and one clause per op: GRAPH-EXP-1 … GRAPH-POW-1).
+
+Every op here follows GRAPH-MATH-1: floating-point operands of one policy (``pow``
+broadcasts its two operands, NumPy rules), each converted exactly into the policy's
+``accum`` format (NUM-EW-1), the op's NUM-MATH algorithm applied in f64 to that accum value
+(exact in f64), the f64 result rounded once to nearest even into ``accum``, and that value
+converted once into storage with the policy's rounding and overflow (NUM-CVT). No host
+``libm`` decides a bit (:func:`~tessera_ref.ops.exact.math_in_accum`).
+
+``sqrt`` is the exception: it is one correctly rounded IEEE operation in ``accum``
+(NUM-EW-1), not a NUM-MATH algorithm. ``rsqrt`` is NUM-MATH-11's ``1 ⊘ sqrt(x)`` in f64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..numerics import accum_op
+from .bind import bind
+from .exact import math_in_accum
+from .primitive import Attr, define
+from .typecheck import (SEED_ATTR, broadcast_types, check_str_choice, elementwise_cost, require_float,
+                        require_seed, to_storage)
+
+__all__ = ["exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "erfc", "gelu", "silu", "sigmoid",
+           "sin", "cos", "pow"]
+
+#: Nominal FLOPs per element for the roofline: special-function evaluations plus the
+#: arithmetic around them (not a count of the f64 reference's operations).
+_FLOPS = {"sigmoid": 3, "silu": 4, "gelu": 5, "pow": 3}
+
+_GELU_ATTRS = {"approximate": Attr("none", check_str_choice("none", "tanh"),
+                                   "'none' (erf form, NUM-MATH-13) or 'tanh' (the tanh approximation)")}
+
+
+def _infer(name: str):
+    """``infer`` of a math op: float operands of one policy, broadcast, a seed if stochastic."""
+    def infer(attrs, *types):
+        require_float(name, *types)
+        out = broadcast_types(name, *types)
+        require_seed(name, attrs, out)
+        return out
+    return infer
+
+
+def _impl(name: str):
+    """GRAPH-MATH-1 for ``name``: the accum-format value, converted once into storage."""
+    def impl(call, *arrays):
+        accum = call.out_types[0].policy.accum
+        if name == "sqrt":
+            r = accum_op("sqrt", *arrays, accum=accum)
+        else:
+            fn = "gelu_tanh" if name == "gelu" and call.attrs["approximate"] == "tanh" else name
+            with np.errstate(over="ignore"):  # overflow into accum gives inf: the defined result
+                r = math_in_accum(fn, *arrays, accum=accum)
+        return to_storage(call, r)
+    return impl
+
+
+def _define(name: str):
+    attrs = dict(SEED_ATTR, **(_GELU_ATTRS if name == "gelu" else {}))
+    return define(name, infer=_infer(name), impl=_impl(name),
+                  cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
+                  spec=f"GRAPH-{name.upper()}-1", attrs=attrs)
+
+
+(EXP, EXPM1, LOG, SQRT, RSQRT, TANH, ERF, ERFC, GELU, SILU, SIGMOID, SIN, COS,
+ POW) = (_define(n) for n in __all__)
+
+
+def exp(x, *, seed=None):
+    """``e^x`` (GRAPH-EXP-1: NUM-MATH-3 in accum, rounded once into storage)."""
+    return bind(EXP, x, seed=seed)
+
+
+def expm1(x, *, seed=None):
+    """``e^x − 1``, accurate near 0 (GRAPH-EXPM1-1: NUM-MATH-7)."""
+    return bind(EXPM1, x, seed=seed)
+
+
+def log(x, *, seed=None):
+    """Natural logarithm (GRAPH-LOG-1: NUM-MATH-2); ``log(±0) = −inf``, ``log(x < 0)`` is NaN."""
+    return bind(LOG, x, seed=seed)
+
+
+def sqrt(x, *, seed=None):
+    """Square root, one correctly rounded IEEE operation in accum (GRAPH-SQRT-1, NUM-EW-1);
+    ``sqrt(−0) = −0``, ``sqrt(x < 0)`` is NaN."""
+    return bind(SQRT, x, seed=seed)
+
+
+def rsqrt(x, *, seed=None):
+    """``1/√x`` as ``1 ⊘ sqrt(x)`` in f64 (GRAPH-RSQRT-1: NUM-MATH-11); ``rsqrt(+0) = +inf``."""
+    return bind(RSQRT, x, seed=seed)
+
+
+def tanh(x, *, seed=None):
+    """Hyperbolic tangent (GRAPH-TANH-1: NUM-MATH-8)."""
+    return bind(TANH, x, seed=seed)
+
+
+def erf(x, *, seed=None):
+    """Error function (GRAPH-ERF-1: NUM-MATH-9)."""
+    return bind(ERF, x, seed=seed)
+
+
+def erfc(x, *, seed=None):
+    """Complementary error function ``1 − erf(x)`` without cancellation (GRAPH-ERFC-1: NUM-MATH-9)."""
+    return bind(ERFC, x, seed=seed)
+
+
+def gelu(x, *, approximate="none", seed=None):
+    """GELU (GRAPH-GELU-1: NUM-MATH-13): ``approximate="none"`` is ``0.5·x·(1 + erf(x/√2))``,
+    ``"tanh"`` the tanh approximation ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``."""
+    return bind(GELU, x, approximate=approximate, seed=seed)
+
+
+def silu(x, *, seed=None):
+    """``x·sigmoid(x)`` (GRAPH-SILU-1: NUM-MATH-10)."""
+    return bind(SILU, x, seed=seed)
+
+
+def sigmoid(x, *, seed=None):
+    """``1 / (1 + e^−x)`` (GRAPH-SIGMOID-1: NUM-MATH-10)."""
+    return bind(SIGMOID, x, seed=seed)
+
+
+def sin(x, *, seed=None):
+    """Sine of ``x`` radians, with exact argument reduction (GRAPH-SIN-1: NUM-MATH-6)."""
+    return bind(SIN, x, seed=seed)
+
+
+def cos(x, *, seed=None):
+    """Cosine of ``x`` radians (GRAPH-COS-1: NUM-MATH-6)."""
+    return bind(COS, x, seed=seed)
+
+
+def pow(x, y, *, seed=None):  # noqa: A001 - the op's name
+    """``x**y``, broadcast, IEEE-754 ``pow`` special cases (GRAPH-POW-1: NUM-MATH-12);
+    ``pow(x, 2)`` is not ``x * x`` (use ``mul`` where those bits matter)."""
+    return bind(POW, x, y, seed=seed)

@@ -24,8 +24,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+import numpy as np
+
 from ..errors import OpError, TesseraError
-from ..ir import register_op
+from ..ir.registry import close_dialect, register_op
 
 __all__ = ["Primitive", "Attr", "Call", "Cost", "PRIMITIVES", "GRAPH_DIALECT", "NOT_DIFFERENTIABLE",
            "RULES", "define", "primitive", "primitive_of", "missing_rules", "REQUIRED"]
@@ -83,6 +85,8 @@ class Call:
     out_types: tuple
     location: str | None = None
 
+
+close_dialect(GRAPH_DIALECT)
 
 #: Registered primitives by short name (``"matmul"``).
 PRIMITIVES: dict[str, "Primitive"] = {}
@@ -162,6 +166,8 @@ class Primitive:
         out = self.impl(call, *arrays)
         out = out if isinstance(out, tuple) else (out,)
         for value, ty in zip(out, call.out_types):
+            if not isinstance(value, np.ndarray):
+                raise AssertionError(f"{self.name}.impl returned a {type(value).__name__}, not an ndarray")
             if value.dtype != ty.dtype or (ty.is_static and value.shape != ty.shape):
                 raise AssertionError(f"{self.name}.impl returned {value.dtype}{list(value.shape)} "
                                      f"for result type {ty}")

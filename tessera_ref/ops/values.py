@@ -59,6 +59,14 @@ class _Operators:
     def __ge__(self, other): return _op().greater_equal(self, other)
     def __getitem__(self, index): return _op().getitem(self, index)
 
+    def __iter__(self):
+        """The sub-tensors along axis 0 (``x[0]``, ``x[1]``, ...)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        if not isinstance(self.shape[0], int):
+            raise TypeError(f"iteration over a symbolic dimension {self.shape[0]!r}")
+        return (self[i] for i in range(self.shape[0]))
+
     @property
     def T(self):
         """All axes reversed, as NumPy's ``.T`` (the matrix transpose for rank 2)."""
@@ -287,7 +295,7 @@ def is_weak_scalar(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and not isinstance(x, np.ndarray)
 
 
-def _convert(values: np.ndarray, element) -> np.ndarray:
+def _convert(values: np.ndarray, element, seed) -> np.ndarray:
     if isinstance(element, ElementKind):
         if element is INDEX and values.dtype.kind not in "iub":
             raise DTypeError(f"an index tensor holds integers; got values of dtype {values.dtype}",
@@ -301,16 +309,19 @@ def _convert(values: np.ndarray, element) -> np.ndarray:
                          fix="take op.real / op.imag first, or store them as complex<f32>")
     if values.dtype == element.storage.dtype:
         return values
-    return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow)
+    if element.rounding == "stochastic" and seed is None:
+        raise DTypeError(f"converting data into {element} rounds stochastically, which needs a key",
+                         fix="pass seed=<int> to asarray (element i uses the Philox stream of (seed, i))")
+    return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow, key=seed)
 
 
-def asarray(x, dtype=None, policy=None, *, weak=None) -> Array:
+def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     """An :class:`Array` holding ``x`` (an Array, NumPy array, nested list or scalar).
 
     ``dtype`` (a format, its name, or ``"i1"``/``"index"``/``"complex<f32>"``) or ``policy``
     (a :class:`~tessera_ref.numerics.Policy`, e.g. ``bf16 @accum(f32)``) choose the element;
     values are converted into the storage format with the policy's rounding and overflow
-    (NUM-CVT). Without either, an Array is returned as is and a NumPy dtype decides (floats
+    (NUM-CVT; ``seed`` keys stochastic rounding). Without either, an Array is returned as is and a NumPy dtype decides (floats
     by their format, ints as ``index``, bools as ``i1``, complex as ``complex<f32>``); Python
     floats become f32, or the ``weak`` policy when one is given (the scalar rule above).
     """
@@ -336,7 +347,7 @@ def asarray(x, dtype=None, policy=None, *, weak=None) -> Array:
     if values.dtype == object:
         raise DTypeError("asarray() got ragged or non-numeric data",
                          fix="pass a rectangular array of numbers")
-    data = _convert(values, element)
+    data = _convert(values, element, seed)
     if not data.flags.c_contiguous:
         data = data.copy()
     return Array(data, TensorType(data.shape, element))
