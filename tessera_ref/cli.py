@@ -84,7 +84,31 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     formats = sub.add_parser("formats", help="print the table of number formats")
     formats.add_argument("--json", action="store_true", help="print the table as JSON")
+    ops = sub.add_parser("ops", help="print the primitive registry: every Graph IR op and its rules")
+    ops.add_argument("--missing", action="store_true", help="list only the ops with an empty rule slot")
+    run = sub.add_parser("run", help="run a Python file in which `import tessera` means tessera_ref")
+    run.add_argument("file", help="the Python file to run")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the file (sys.argv[1:])")
     return parser
+
+
+def _print_ops(missing_only: bool) -> None:
+    from .ops import NOT_DIFFERENTIABLE, PRIMITIVES, RULES
+    headers = ["op", "spec", *RULES]
+    rows = []
+    for name, prim in sorted(PRIMITIVES.items()):
+        if missing_only and not prim.missing():
+            continue
+        marks = ["-" if getattr(prim, r) is None else "n/a" if getattr(prim, r) is NOT_DIFFERENTIABLE
+                 else "yes" for r in RULES]
+        rows.append([name, prim.spec, *marks])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    gaps = sum(1 for p in PRIMITIVES.values() if p.missing())
+    print(f"\n{len(PRIMITIVES)} ops; {gaps} with an empty rule slot ('-'): vjp/jvp arrive with autodiff, "
+          "shard with the mesh, lower with tiles. Spec: docs/spec/graph_ir.md.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "formats":
         _print_formats(args.json)
+        return 0
+    if args.command == "ops":
+        _print_ops(args.missing)
+        return 0
+    if args.command == "run":
+        from .runner import run_path
+        run_path(args.file, args.args)
         return 0
     parser.print_help()
     return 0

@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CLAUSE = re.compile(r"\bNUM-[A-Z0-9]+-\d+\b")
+CLAUSE = re.compile(r"\b(?:NUM|GRAPH)-[A-Z0-9]+-\d+\b")
 
 
 def _spec_text() -> str:
@@ -20,11 +20,12 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "html" / "spec" / "numerics.html").exists()
+    assert (tmp_path / "html" / "spec" / "graph_ir.html").exists()
 
 
 def test_clause_ids_are_unique_and_every_cited_clause_is_defined():
     spec = _spec_text()
-    defined = re.findall(r"\*\*(NUM-[A-Z0-9]+-\d+)\b", spec)
+    defined = re.findall(r"\*\*((?:NUM|GRAPH)-[A-Z0-9]+-\d+)\b", spec)
     assert len(defined) == len(set(defined)), "a clause ID is defined twice"
     cited = set()
     for path in (ROOT / "tessera_ref").rglob("*.py"):
