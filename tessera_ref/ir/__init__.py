@@ -20,6 +20,7 @@ from .builder import Builder
 from .builtin import FUNC, RETURN, func_op, return_op
 from .core import MODULE, Block, BlockArgument, Module, Operation, OpResult, Region, Value
 from .errors import IRError, IRParseError, RewriteError, VerifyError
+from .layout import ShardLayout
 from .parser import parse_attribute, parse_module, parse_type
 from .passes import (
     CommonSubexpressionElimination,
@@ -38,6 +39,7 @@ from .types import FunctionType, IndexType, ScalarType, TensorType, Type
 from .verifier import verify
 
 __all__ = [
+    "ShardLayout",
     "Value", "OpResult", "BlockArgument", "Operation", "Block", "Region", "Module", "MODULE",
     "Type", "TensorType", "ScalarType", "IndexType", "FunctionType",
     "DenseAttr", "SymbolRef", "attr_key", "format_attribute",

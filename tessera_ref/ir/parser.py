@@ -28,6 +28,7 @@ from .attributes import BARE_NAME_RE, CANONICAL_NAN_BITS, DenseAttr, SymbolRef
 from .core import MODULE, Block, Module, Operation, Region
 from .errors import IRError, IRParseError
 from .registry import op_info
+from .layout import ShardLayout
 from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
@@ -42,7 +43,7 @@ _WORD = re.compile(r"[A-Za-z0-9_]+")
 _LABEL = re.compile(r"\^[A-Za-z0-9_$.]+")
 _DIGITS = re.compile(r"[0-9]+")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
-_TENSOR = re.compile(r"tensor<[^<>]*(?:<[^<>]*>[^<>]*)?>")
+_TENSOR = re.compile(r"tensor<[^<>]*(?:<[^<>]*>[^<>]*)*>")
 _SIMPLE_DICT = re.compile(r'\{[^{}"]*\}')
 _PLAIN_STRING = re.compile(r'"([^"\\\n]*)"')
 _HEX = re.compile(r"[0-9A-Fa-f]{2}")
@@ -469,9 +470,64 @@ class _Parser:
             policy = kind
         else:
             policy = self.policy(self.format_name())
+        layout = self.shard_layout() if self.accept(",") else None
         self.expect(">", "to close tensor<...>")
         try:
-            return TensorType(shape, policy)
+            return TensorType(shape, policy, layout)
+        except IRError as exc:
+            raise self.error(exc.what, start, fix=exc.fix) from None
+
+    def shard_layout(self) -> ShardLayout:
+        """``#shard<[entries], partial(axes[, op=...]), padded>`` (see :mod:`tessera_ref.ir.layout`)."""
+        self.ws()
+        start = self.pos
+        if not self.text.startswith("#shard<", start):
+            raise self.error(f"expected '#shard<...>' after the element, found {self.found()}",
+                             fix="write tensor<8x8xf32, #shard<[tp, *]>>")
+        self.pos += len("#shard<")
+        self.expect("[", "to open the dimension entries of #shard<...>")
+        dims = []
+        self.ws()
+        if not self.accept("]"):
+            while True:
+                self.ws()
+                if self.accept("*"):
+                    dims.append(())
+                else:
+                    axes = [self.match(_IDENT, "a mesh axis or '*'").group()]
+                    while self.accept("+"):
+                        axes.append(self.match(_IDENT, "a mesh axis after '+'").group())
+                    dims.append(tuple(axes))
+                self.ws()
+                if self.accept("]"):
+                    break
+                self.expect(",", "between #shard dimension entries")
+        partial, op, padded = [], "sum", False
+        while self.accept(","):
+            self.ws()
+            word_pos = self.pos
+            word = self.match(_IDENT, "'partial(...)' or 'padded'").group()
+            if word == "padded" and not padded:
+                padded = True
+            elif word == "partial" and not partial:
+                self.expect("(", "after 'partial'")
+                while True:
+                    self.ws()
+                    name = self.match(_IDENT, "a mesh axis").group()
+                    if name == "op" and self.accept("="):
+                        op = self.match(_IDENT, "a reduction (max, min, prod)").group()
+                    else:
+                        partial.append(name)
+                    self.ws()
+                    if not self.accept(","):
+                        break
+                self.expect(")", "to close partial(...)")
+            else:
+                raise self.error(f"unexpected '{word}' in #shard<...>", word_pos,
+                                 fix="write #shard<[tp, *], partial(dp), padded>")
+        self.expect(">", "to close #shard<...>")
+        try:
+            return ShardLayout(tuple(dims), tuple(partial), op, padded)
         except IRError as exc:
             raise self.error(exc.what, start, fix=exc.fix) from None
 
@@ -489,10 +545,14 @@ class _Parser:
 
     def policy(self, fmt) -> Policy:
         """An optional ', #policy<...>' after an element format."""
+        comma = self.pos
         if not self.accept(","):
             return default_policy(fmt)
         self.ws()
         pos = self.pos
+        if self.text.startswith("#shard<", pos):  # no policy; the layout follows
+            self.pos = comma
+            return default_policy(fmt)
         if not self.text.startswith("#policy<", pos):
             raise self.error(f"expected '#policy<...>' after the element format, found {self.found()}",
                              fix="write tensor<4xfp8_e4m3, #policy<accum=f16, rounding=stochastic>>")

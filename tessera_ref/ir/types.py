@@ -39,8 +39,10 @@ Besides numbers of a format and policy, a tensor may hold one of three *element 
 integers such as argmax results; :data:`COMPLEX64` ``complex<f32>``: pairs of f32, for the
 FFT ops). Element kinds have no policy: no conversion rounds into them implicitly.
 
-A tensor type has a ``layout`` slot for the sharding attribute of the mesh work; it must
-be ``None`` until that attribute (and its ``#shard<...>`` syntax) exists.
+A tensor type may carry a sharding layout (:class:`~tessera_ref.ir.layout.ShardLayout`),
+written after the element: ``tensor<576x1152xf32, #shard<[dp, tp]>>``,
+``tensor<64x64xbf16, #policy<rounding=rtz>, #shard<[*, *], partial(tp)>>``. ``None`` (no
+``#shard``) is a single-device tensor.
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ import numpy as np
 from ..errors import TesseraError
 from ..numerics import Policy, as_policy, get_format
 from .errors import IRError
+from .layout import ShardLayout
 
 __all__ = ["Type", "TensorType", "ElementKind", "element_arg", "BOOL", "INDEX", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
            "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
@@ -174,13 +177,20 @@ class TensorType(Type):
                 raise IRError(f"symbolic dimension {dim!r} is not a name [A-Za-z_][A-Za-z0-9_]*",
                               fix="use ASCII names like 'B', 'seq', 'd_model'")
         policy = element_arg(self.policy, "the element of a tensor type")
-        if self.layout is not None:
-            raise IRError(f"tensor layouts are not supported yet (got {self.layout!r})",
-                          fix="leave layout=None")
+        layout = self.layout
+        if layout is not None:
+            if not isinstance(layout, ShardLayout):
+                raise IRError(f"a tensor layout is a ShardLayout, got {layout!r}",
+                              fix="build it with tessera_ref.ir.ShardLayout or dist.ShardSpec")
+            if layout.rank != len(shape):
+                raise IRError(f"layout {layout} has {layout.rank} dimension entries for a rank-{len(shape)} tensor",
+                              fix="give one entry ('*' or mesh axes) per tensor dimension")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "policy", policy)
         dims = "".join(f"[{d}]x" if isinstance(d, str) else f"{d}x" for d in shape)
         element = policy.name if isinstance(policy, ElementKind) else policy.storage.name + format_policy(policy)
+        if layout is not None:
+            element += f", {layout._text}"
         object.__setattr__(self, "_text", f"tensor<{dims}{element}>")
 
     @property
@@ -207,6 +217,10 @@ class TensorType(Type):
     def is_static(self) -> bool:
         """True when every dimension is an int."""
         return all(isinstance(d, int) for d in self.shape)
+
+    def with_layout(self, layout: "ShardLayout | None") -> "TensorType":
+        """This type with another layout (``None``: the single-device type)."""
+        return self if layout == self.layout else TensorType(self.shape, self.policy, layout)
 
 
 @dataclass(frozen=True, slots=True, repr=False)

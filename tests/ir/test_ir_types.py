@@ -60,7 +60,7 @@ def test_types_are_immutable_values():
     (lambda: TensorType(("a b",), f32), "is not a name"),
     (lambda: TensorType(("é",), f32), "is not a name"),
     (lambda: TensorType((1,), "fp7"), "unknown number format 'fp7'"),
-    (lambda: TensorType((1,), f32, layout="#shard"), "layouts are not supported yet"),
+    (lambda: TensorType((1,), f32, layout="#shard"), "a tensor layout is a ShardLayout"),
     (lambda: ScalarType("nope"), "unknown number format"),
     (lambda: FunctionType((f32,), ()), "a function type holds types"),
 ])
