@@ -41,7 +41,7 @@ from .convert import check_modes, rounding_bits, encode, exact_source
 from .formats import FINITE, FN, IEEE, Format, get_format
 from .reduce import check_matmul_shapes
 
-__all__ = ["DOMAINS", "ExactAccumulator", "exact_sum", "exact_dot"]
+__all__ = ["DOMAINS", "ExactAccumulator", "exact_sum", "exact_dot", "exact_dot_accumulator"]
 
 #: domain -> (exponent of bit 0, number of radix-2^32 digits)
 DOMAINS = {"f32": (-149, 11), "f64": (-1074, 68)}
@@ -169,6 +169,32 @@ class ExactAccumulator:
         self._pos_inf |= other._pos_inf
         self._neg_inf |= other._neg_inf
         return self
+
+    def reshape(self, shape) -> "ExactAccumulator":
+        """The same sums viewed with another shape of the same size (a copy)."""
+        shape = tuple(int(n) for n in shape)
+        if math.prod(shape) != math.prod(self._shape):
+            raise ArithError(f"cannot reshape an accumulator of shape {self._shape} to {shape}")
+        new = self.copy()
+        new._shape = shape
+        return new
+
+    def sum_axes(self, axes) -> "ExactAccumulator":
+        """A new accumulator holding, exactly, the sums of this one's elements over ``axes``
+        (which stay, with size 1): merging the partial sums of many ranks or tiles at once."""
+        axes = _normalize_axes(axes, len(self._shape))
+        shape = tuple(1 if i in axes else n for i, n in enumerate(self._shape))
+        out = ExactAccumulator(shape, self._domain)
+        grid = (-1,) + self._shape
+        # digits below the top are in [0, 2^32); the top digit is signed and below 2^63 in
+        # magnitude with 64 spare bits, so int64 sums of up to 2^30 terms cannot overflow
+        out._digits = self._digits.reshape(grid).sum(axis=tuple(a + 1 for a in axes)).reshape(-1, math.prod(shape))
+        if self._low is not None:
+            out._low, out._top = self._low, self._top
+            _propagate_carries(out._digits, self._low, self._top)
+        for name in ("_nan", "_pos_inf", "_neg_inf"):
+            setattr(out, name, getattr(self, name).reshape(self._shape).any(axis=axes).reshape(-1))
+        return out
 
     def _domain_values(self, x: np.ndarray) -> np.ndarray:
         src = exact_source(x)
@@ -475,7 +501,14 @@ def exact_dot(a, b, *, c=None, out_fmt="f32", rounding=None, overflow=None, key=
               index=None) -> np.ndarray:
     """Batched ``a @ b`` (+ ``C``) computed exactly and rounded once into ``out_fmt``
     (NUM-RED-4): ``[..., M, K] @ [..., K, N]`` as in
-    :func:`~tessera_ref.numerics.reduce.dot_canonical`.
+    :func:`~tessera_ref.numerics.reduce.dot_canonical`. See :func:`exact_dot_accumulator`."""
+    acc = exact_dot_accumulator(a, b, c=c)
+    return acc.round(out_fmt, rounding=rounding, overflow=overflow, key=key, index=index)
+
+
+def exact_dot_accumulator(a, b, *, c=None) -> "ExactAccumulator":
+    """The exact value of batched ``a @ b`` (+ ``C``), unrounded: a partial sum that can be
+    merged with others (a K split across devices) before the single rounding.
 
     Operands may have any format of at most 32 bits: their products are exact in f64.
     fp8_e4m3, fp6, fp4 and int8/int4 operands are small integers times a power of two, so
@@ -483,6 +516,7 @@ def exact_dot(a, b, *, c=None, out_fmt="f32", rounding=None, overflow=None, key=
     possible below the checked bound, so the order of integer additions cannot matter) and
     added as fixed point; other formats add their exact products term by term. NaN and
     infinite operands give IEEE's products, summed by the rules of :class:`ExactAccumulator`.
+    The domain is f32 when every product and ``C`` lie on the f32 grid, else f64.
     """
     a, b = np.asarray(a), np.asarray(b)
     out_shape = check_matmul_shapes(a, b, c)
@@ -511,7 +545,7 @@ def exact_dot(a, b, *, c=None, out_fmt="f32", rounding=None, overflow=None, key=
             with np.errstate(invalid="ignore"):
                 p = va[..., :, k0:k0 + step, None] * vb[..., None, k0:k0 + step, :]
             acc.add(p.astype(np.float32) if fits_f32 else p, axis=-2)
-    return acc.round(out_fmt, rounding=rounding, overflow=overflow, key=key, index=index)
+    return acc
 
 
 def _fits_f32_grid(fa: Format, fb: Format) -> bool:

@@ -9,8 +9,10 @@ GPU kernel can reproduce the bits:
 - :func:`reduce_canonical` — 32 lane partials, lane ``l`` folding ``x_l, x_{l+32}, …``, then
   a butterfly with xor offsets 16, 8, 4, 2, 1: a CUDA warp reduction (NUM-RED-2).
 
-The implementations vectorize over independent outputs and loop, in Python, only along the
-reduction axis in the defined order; every step is an IEEE operation or an exact fma from
+Dot products accumulating in f32 (any operands) or, with exact products, in f64 run as
+compiled loops (:mod:`tessera_ref.numerics.kernels`); the other cases, and the axis
+reductions, vectorize over independent outputs and loop, in Python, only along the reduction
+axis in the defined order. Every step is an IEEE operation or an exact fma from
 :mod:`tessera_ref.numerics.arith`. Nothing here calls BLAS, ``np.sum`` or ``np.dot`` on
 floating-point data.
 """
@@ -32,6 +34,9 @@ REDUCE_OPS = ("sum", "mean", "max", "min")
 LANES = 32
 _BUTTERFLY = (16, 8, 4, 2, 1)
 _TILE_ELEMS = 1 << 15  # outputs per inner-loop tile: the working set stays in cache (measured)
+# Fewer fmas than this run on one thread: ~4 ms of f32 fma work, which starting a second
+# thread does not repay on a busy machine (where its start can be delayed by milliseconds).
+_PARALLEL_MIN_FMAS = 1 << 23
 
 
 # ---------------------------------------------------------------------------------------
@@ -125,8 +130,7 @@ def dot_canonical(a, b, *, accum=None, c=None) -> np.ndarray:
     When every product is exact in ``accum`` (see ``_products_exact``: f16/fp8/fp6/fp4
     operands with f32 accumulation, f32 operands with f64 accumulation) the fma *is*
     multiply-then-add and that is what runs; otherwise each step is the exact fma of
-    :func:`~tessera_ref.numerics.arith.fma`. Output tiles are independent, so the work is
-    tiled over M and N (a tiling that changes no bit, as :func:`dot_tiled` shows).
+    :func:`~tessera_ref.numerics.arith.fma`.
     """
     a, b = np.asarray(a), np.asarray(b)
     out_shape = check_matmul_shapes(a, b, c)
@@ -137,40 +141,72 @@ def dot_canonical(a, b, *, accum=None, c=None) -> np.ndarray:
                             acc_fmt, A, B)
     out = np.empty(out_shape, dtype=acc_fmt.dtype)
     out[...] = +0.0 if c is None else to_accum(c, acc_fmt)
-    batch = int(np.prod(out_shape[:-2], dtype=np.int64))
-    M, N = out_shape[-2:]
-    tn = max(1, min(N, _TILE_ELEMS // max(1, batch)))
-    tm = max(1, min(M, _TILE_ELEMS // max(1, batch * tn)))
-    for m0 in range(0, M, tm):
-        for n0 in range(0, N, tn):
-            tile = out[..., m0:m0 + tm, n0:n0 + tn]
-            tile[...] = _accumulate(tile, A[..., m0:m0 + tm, :], B[..., :, n0:n0 + tn], acc_fmt, exact)
-    return canonical_nan(out)
+    return canonical_nan(_accumulate(out, A, B, acc_fmt, exact))
 
 
 def _accumulate(acc: np.ndarray, A: np.ndarray, B: np.ndarray, accum: Format, exact: bool):
-    """``acc = fma(A[..., k], B[k, ...], acc)`` for k ascending; returns the new ``acc``."""
-    K = A.shape[-1]
+    """``acc = fma(A[..., k], B[..., k, :], acc)`` for k ascending; returns the new ``acc``.
+
+    ``acc`` has the full output shape ``[..., M, N]``; ``A``, ``B`` hold ``accum`` values and
+    broadcast to it; ``exact`` says every product is exact in ``accum``. f32 accumulation,
+    and f64 accumulation of exact products, run compiled (``_accumulate_compiled``). The
+    rest runs here in NumPy over output tiles (independent, so the tiling changes no bit, as
+    :func:`dot_tiled` shows) small enough to stay in cache.
+    """
+    if accum.name == "f32" or (exact and accum.name == "f64"):
+        return _accumulate_compiled(acc, A, B, exact)
+    acc = acc.copy()
+    batch = int(np.prod(acc.shape[:-2], dtype=np.int64))
+    M, N = acc.shape[-2:]
+    tn = max(1, min(N, _TILE_ELEMS // max(1, batch)))
+    tm = max(1, min(M, _TILE_ELEMS // max(1, batch * tn)))
     with np.errstate(all="ignore"):  # IEEE inf/NaN results are the defined answers
-        if exact and accum.name in ("f32", "f64"):
-            acc = acc.copy()
-            prod = np.empty(np.broadcast_shapes(acc.shape, A.shape[:-1] + (1,)), dtype=acc.dtype)
-            for k in range(K):
-                np.multiply(A[..., :, k, None], B[..., None, k, :], out=prod)
-                np.add(acc, prod, out=acc)
-            return acc
-        if accum.name == "f64":  # f64 operands whose products need the emulated f64 fma
-            for k in range(K):
-                acc = accum_op("fma", A[..., :, k, None], B[..., None, k, :], acc, accum=accum)
-            return acc
-        return _accumulate_via_f64(acc, A.astype(np.float64), B.astype(np.float64), accum, exact)
+        for m0 in range(0, M, tm):
+            for n0 in range(0, N, tn):
+                tile = acc[..., m0:m0 + tm, n0:n0 + tn]
+                At, Bt = A[..., m0:m0 + tm, :], B[..., :, n0:n0 + tn]
+                if accum.name == "f64":  # f64 operands whose products need the emulated f64 fma
+                    for k in range(At.shape[-1]):
+                        tile[...] = accum_op("fma", At[..., :, k, None], Bt[..., None, k, :], tile,
+                                             accum=accum)
+                else:
+                    tile[...] = _accumulate_via_f64(tile, At.astype(np.float64),
+                                                    Bt.astype(np.float64), accum, exact)
+    return acc
+
+
+def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: bool):
+    """:func:`_accumulate` for f32 accumulation, and for f64 accumulation of exact products,
+    by the compiled kernels (:mod:`~tessera_ref.numerics.kernels`); the batch axes are
+    broadcast and flattened, each operand copied once into a contiguous array. A call of
+    fewer than ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits, less wait)."""
+    import numba  # loaded on the first dot product, not with the package
+
+    from .kernels import dot_rows_exact, dot_rows_fma_f32
+
+    batch, (M, N), K = acc.shape[:-2], acc.shape[-2:], A.shape[-1]
+    nb = int(np.prod(batch, dtype=np.int64))
+
+    def rows(x, tail):
+        return np.array(np.broadcast_to(x, batch + tail).reshape((nb,) + tail), dtype=acc.dtype,
+                        order="C")
+    out = np.array(acc, order="C")
+    threads = numba.get_num_threads()
+    if nb * M * N * K < _PARALLEL_MIN_FMAS:
+        numba.set_num_threads(1)  # this Python thread only; restored below
+    try:
+        (dot_rows_exact if exact else dot_rows_fma_f32)(out.reshape((nb, M, N)), rows(A, (M, K)),
+                                                        rows(B, (K, N)))
+    finally:
+        numba.set_num_threads(threads)
+    return out
 
 
 def _accumulate_via_f64(acc, A64, B64, accum: Format, exact: bool):
-    """f16/bf16/f32 accumulation computed in f64. With exact products each step is the f64
-    sum of two ``accum`` values rounded into ``accum`` (innocuous, p = 53 ≥ 2q + 2); otherwise
+    """f16/bf16 accumulation computed in f64. With exact products each step is the f64 sum
+    of two ``accum`` values rounded into ``accum`` (innocuous, p = 53 ≥ 2q + 2); otherwise
     ``RO53(a·b + acc)`` rounded into ``accum`` (the fma of :mod:`~tessera_ref.numerics.arith`).
-    The buffers are allocated once: this loop is the speed of an f32 GEMM here."""
+    The buffers are allocated once."""
     shape = acc.shape
     acc64 = acc.astype(np.float64)
     prod, s, t1, t2 = (np.empty(shape) for _ in range(4))
@@ -182,10 +218,7 @@ def _accumulate_via_f64(acc, A64, B64, accum: Format, exact: bool):
         else:
             two_sum(prod, acc64, out=s, t1=t1, t2=t2)
             round_to_odd(s, t2, flag=flag, scratch=scratch)
-        if accum.name == "f32":
-            np.copyto(acc, s, casting="unsafe")  # IEEE f64 -> f32, to nearest even
-        else:
-            acc = round_f64_into(s, accum)
+        acc = round_f64_into(s, accum)
         np.copyto(acc64, acc)
     return acc
 

@@ -1,0 +1,216 @@
+"""The compiled dot-product kernels (NUM-RED-1) against independent references.
+
+References: an exact-fma chain on ``fractions.Fraction`` rounded by
+``numerics_reference.round_f32`` (finite values), and a chain of the NumPy elementwise
+:func:`~tessera_ref.numerics.arith.fma` (tested against rationals in ``test_arith``), which
+also gives IEEE's inf/NaN results. Bits must match exactly, and must not depend on the
+number of numba threads.
+"""
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from determinism import digests_across_environments
+from tessera_ref.numerics import kernels, reduce
+from tessera_ref.numerics.arith import fma
+from tessera_ref.numerics.reduce import dot_canonical
+
+import numerics_reference as R
+
+ULP1 = 2.0 ** -23  # spacing of f32 at 1
+
+
+def identical(x, y) -> bool:
+    """Same dtype, shape and bits (NaNs included: both sides return the canonical NaN)."""
+    x, y = np.asarray(x), np.asarray(y)
+    return x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def fma_chain(a, b, c=None, fmt="f32"):
+    """``acc = fma(a_k, b_k, acc)`` for k ascending with the elementwise NumPy fma, batched."""
+    dtype = np.float64 if fmt == "f64" else np.float32
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    acc = np.zeros(shape, dtype)
+    if c is not None:
+        acc[...] = c
+    for k in range(a.shape[-1]):
+        acc = fma(a[..., :, k, None], b[..., None, k, :], acc, fmt)
+    return acc
+
+
+def fraction_chain(a, b, c=None):
+    """The same chain in exact rationals, each step rounded once to f32 (finite values)."""
+    M, K, N = a.shape[0], a.shape[1], b.shape[1]
+    out = np.empty((M, N), np.float32)
+    for i in range(M):
+        for j in range(N):
+            acc = np.float32(0.0 if c is None else c[i, j])
+            for k in range(K):
+                acc = R.round_f32(Fraction(float(a[i, k])) * Fraction(float(b[k, j]))
+                                  + Fraction(float(acc)))
+            out[i, j] = acc
+    return out
+
+
+def spread(rng, shape, lo=-30, hi=30):
+    """f32 values over many binades: products with bits far below the running sum."""
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(lo, hi, shape))).astype(np.float32)
+
+
+def test_random_f32_matches_the_fma_chain():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((37, 70)).astype(np.float32), rng.standard_normal((70, 45)).astype(np.float32)
+    assert identical(dot_canonical(a, b), fma_chain(a, b))
+    a, b, c = spread(rng, (37, 70)), spread(rng, (70, 45)), spread(rng, (37, 45))
+    got = dot_canonical(a, b, c=c)
+    assert identical(got, fma_chain(a, b, c))
+    two_roundings = c.copy()  # teeth: multiply-then-add in f32 gives other bits here
+    for k in range(70):
+        two_roundings = two_roundings + a[:, k, None] * b[None, k, :]
+    assert not identical(got, two_roundings)
+
+
+@pytest.mark.parametrize("lo,hi,clo,chi", [(-30, 30, -30, 30),      # inexact f64 sums
+                                           (-100, -60, -149, -125),  # subnormal results
+                                           (20, 60, -10, 10)])       # large, mixed signs
+def test_adversarial_f32_matches_exact_rationals(lo, hi, clo, chi):
+    rng = np.random.default_rng(lo + 200)
+    a, b, c = spread(rng, (5, 40), lo, hi), spread(rng, (40, 6), lo // 2, hi // 2), spread(rng, (5, 6), clo, chi)
+    assert identical(dot_canonical(a, b, c=c), fraction_chain(a, b, c))
+
+
+def test_ties_at_the_f32_midpoint_round_once():
+    # acc has an odd last bit; a·b is half its ulp minus ulp·2^-47, so the exact sum lies just
+    # below the f32 midpoint: one rounding goes down to acc, while rounding the f64 sum (which
+    # lands on the midpoint) and then to f32 ties to the even neighbour above
+    rng = np.random.default_rng(3)
+    n = 400
+    acc = spread(rng, (n,), -140, 120)
+    acc = (acc.view(np.uint32) | 1).view(np.float32)  # odd last bit, both signs, subnormals too
+    half_ulp = np.abs(np.spacing(acc).astype(np.float64)) / 2
+    scale = np.exp2(np.floor(np.log2(half_ulp) / 2) + rng.integers(-5, 6, n))  # a, b normal
+    sign = rng.choice([-1.0, 1.0], n)
+    a = ((1 + ULP1) * scale * sign).astype(np.float32)
+    b = ((1 - ULP1) * half_ulp / scale * np.sign(acc) * sign).astype(np.float32)
+    assert (a.astype(np.float64) * b == np.sign(acc) * half_ulp * (1 - ULP1 ** 2)).all()
+    got = dot_canonical(a[:, None, None], b[:, None, None], c=acc[:, None, None])[:, 0, 0]
+    want = np.array([R.round_f32(Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)))
+                     for x, y, z in zip(a, b, acc)], np.float32)
+    assert identical(got, want)
+    naive = (a.astype(np.float64) * b + acc).astype(np.float32)  # f64 add, then f32: twice
+    normal = np.abs(acc) >= np.float32(2.0 ** -126)  # there the f64 sum is inexact
+    assert normal.sum() > n // 2 and (naive[normal] != got[normal]).all()
+    assert identical(got[normal], acc[normal])
+
+
+def test_cancellation_and_signed_zeros():
+    # one 1x2 @ 2x1 product per batch element; (1, -0) as the second pair leaves acc unchanged
+    x = np.float32(3e-30)
+    a = np.float32([[1, 1], [1, 1], [-0.0, 1], [1, -1], [-1, 1]])[:, None, :]
+    b = np.float32([[x, -x], [-0.0, -0.0], [-0.0, -0.0], [x, x], [x, -0.0]])[:, :, None]
+    c = np.float32([-0.0, -0.0, -0.0, -0.0, x])[:, None, None]
+    got = dot_canonical(a, b, c=c)
+    assert identical(got, fma_chain(a, b, c))
+    assert (got == 0).all()  # exact cancellation of nonzero terms gives +0; -0 + -0 is -0
+    assert np.signbit(got).ravel().tolist() == [False, True, False, False, False]
+
+
+def test_inf_nan_and_overflow():
+    inf, nan, big = np.float32(np.inf), np.float32(np.nan), np.float32(3e38)
+    a = np.float32([[inf, 0], [inf, -inf], [big, big], [big, -big], [nan, 1], [1, inf]])
+    b = np.float32([[0, 1], [1, 1]])
+    got = dot_canonical(a, b)
+    want = np.float32([[nan, inf], [nan, nan], [big, inf], [-big, 0], [nan, nan], [inf, inf]])
+    assert identical(got, want)  # inf·0 and inf − inf are NaN (canonical), f32 overflow is inf
+    assert identical(got, fma_chain(a, b))
+    assert identical(dot_canonical(np.float32([[big, big, -big]]), np.ones((3, 1), np.float32)),
+                     np.float32([[inf]]))
+    rng = np.random.default_rng(4)
+    x, y = spread(rng, (9, 30), 50, 120), spread(rng, (30, 11), 0, 70)
+    x[rng.random(x.shape) < 0.05] = np.inf
+    y[rng.random(y.shape) < 0.05] = -np.inf
+    y[rng.random(y.shape) < 0.05] = 0
+    assert identical(dot_canonical(x, y), fma_chain(x, y))
+
+
+def test_batched_broadcast_and_strided_inputs():
+    rng = np.random.default_rng(5)
+    a, b, c = spread(rng, (3, 1, 7, 20)), spread(rng, (4, 20, 9)), spread(rng, (7, 9))
+    got = dot_canonical(a, b, c=c)
+    assert got.shape == (3, 4, 7, 9)
+    assert identical(got, fma_chain(a, b, c))
+    assert identical(got[2, 1], dot_canonical(a[2, 0], b[1], c=c))
+    at = np.ascontiguousarray(a[0, 0].T).T  # Fortran order
+    bb = np.broadcast_to(b[0], (2, 20, 9))  # read-only, zero strides
+    assert identical(dot_canonical(at, bb), fma_chain(a[0, 0], np.stack([b[0]] * 2)))
+    assert identical(dot_canonical(a[0, 0, :, ::2], b[0, ::2]), fma_chain(a[0, 0, :, ::2], b[0, ::2]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.int8])
+def test_narrow_operands(dtype):
+    rng = np.random.default_rng(6)
+    a, b = (spread(rng, (11, 50), -2, 3) * 4).astype(dtype), (spread(rng, (50, 8), -2, 3) * 4).astype(dtype)
+    assert identical(dot_canonical(a, b), fma_chain(a, b))
+
+
+def test_f32_operands_with_f64_accumulation():
+    rng = np.random.default_rng(7)
+    a, b = spread(rng, (6, 40), -60, 60), spread(rng, (40, 5), -60, 60)
+    got = dot_canonical(a, b, accum="f64")
+    assert got.dtype == np.float64
+    assert identical(got, fma_chain(a, b, fmt="f64"))
+
+
+def test_empty_axes():
+    c = np.float32([[1, -0.0, 2]])
+    assert identical(dot_canonical(np.zeros((1, 0), np.float32), np.zeros((0, 3), np.float32), c=c), c)
+    assert dot_canonical(np.zeros((0, 4), np.float32), np.zeros((4, 3), np.float32)).shape == (0, 3)
+    assert dot_canonical(np.zeros((2, 0, 4), np.float32), np.zeros((4, 3), np.float32)).shape == (2, 0, 3)
+
+
+def test_kernels_update_out_in_place():
+    rng = np.random.default_rng(8)
+    A, B, C = spread(rng, (2, 3, 10), -8, 8), spread(rng, (2, 10, 4), -8, 8), spread(rng, (2, 3, 4), -8, 8)
+    out = C.copy()
+    kernels.dot_rows_fma_f32(out, A, B)
+    assert identical(out, fma_chain(A, B, C))
+    A, B, C = A.astype(np.float16), B.astype(np.float16), C.astype(np.float16)  # exact products
+    out = C.astype(np.float32)
+    kernels.dot_rows_exact(out, A.astype(np.float32), B.astype(np.float32))
+    assert identical(out, fma_chain(A, B, C))
+
+
+def test_one_thread_and_many_give_the_same_bits():
+    rng = np.random.default_rng(9)
+    a, b = spread(rng, (2, 130, 256)), spread(rng, (256, 161))
+    assert a.size * b.shape[-1] >= reduce._PARALLEL_MIN_FMAS  # runs on all threads
+    whole = dot_canonical(a, b)
+    pieces = [dot_canonical(a[:, i:i + 9], b) for i in range(0, 130, 9)]  # each on one thread
+    assert identical(whole, np.concatenate(pieces, axis=1))
+
+
+_SCRIPT = """
+import hashlib, os
+os.environ["NUMBA_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]  # before numba loads
+import numba
+import numpy as np
+from tessera_ref.numerics.reduce import _PARALLEL_MIN_FMAS, dot_canonical
+assert numba.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+rng = np.random.default_rng(9)
+def spread(shape):
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(-40, 40, shape))).astype(np.float32)
+a, b, c = spread((2, 130, 256)), spread((256, 161)), spread((130, 161))
+assert a.size * b.shape[-1] >= _PARALLEL_MIN_FMAS
+h = hashlib.sha256()
+for r in (dot_canonical(a, b, c=c), dot_canonical(a.astype(np.float16), b.astype(np.float16)),
+          dot_canonical(a, b, accum="f64")):
+    h.update(r.tobytes())
+print(h.hexdigest())
+"""
+
+
+def test_bits_do_not_depend_on_the_numba_thread_count():
+    first, second = digests_across_environments(_SCRIPT)  # 1 thread, then 2
+    assert first == second
