@@ -16,7 +16,9 @@ def user_location() -> str | None:
     """``"file:line"`` of the innermost stack frame that is not code of ``tessera_ref``.
 
     A frame belongs to the package when its file lies in the package directory or, for code
-    generated at run time (dataclass ``__init__`` and the like), when its module is ours.
+    generated at run time (dataclass ``__init__`` and the like), when its module is ours —
+    except modules that declare ``__tessera_user_code__ = True`` (the bundled demo), which are
+    user programs that happen to ship with the package.
     """
     frame = sys._getframe(1)
     while frame is not None:
@@ -25,7 +27,7 @@ def user_location() -> str | None:
         ours = os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep) or (
             filename.startswith("<") and (module == "tessera_ref" or module.startswith("tessera_ref."))
         )
-        if not ours:
+        if not ours or frame.f_globals.get("__tessera_user_code__"):
             return f"{filename}:{frame.f_lineno}"
         frame = frame.f_back
     return None
@@ -92,3 +94,40 @@ class OpError(TesseraError, ValueError):
 
 class TraceError(TesseraError, RuntimeError):
     """A traced function used a traced value where a concrete one is needed, or let one escape."""
+
+
+class MeshError(TesseraError, ValueError):
+    """A malformed mesh, an axis or device that is not in the mesh."""
+
+
+class LayoutError(TesseraError, ValueError):
+    """A sharding layout that does not fit a tensor or mesh (uneven split, unknown partition name)."""
+
+
+class CollectiveError(TesseraError, RuntimeError):
+    """A collective that cannot run as asked: wrong axis, mismatched shapes across ranks,
+    a recv with no matching send (which would hang on a GPU)."""
+
+
+class AbstractValueError(TesseraError, RuntimeError):
+    """Values were asked of an abstract tensor (one that carries types and layouts but no data)."""
+
+
+class CollectiveWarning(UserWarning):
+    """A collective that runs but is probably not what was meant (e.g. reducing a tensor that
+    is not a pending partial sum over the axis); the message says what was done instead."""
+
+
+class SimError(TesseraError, ValueError):
+    """A request the simulated machine cannot take: an unknown hardware preset, a device that
+    is not in the machine, an unknown collective or algorithm, a memory handle freed twice."""
+
+
+class OutOfMemoryError(TesseraError, MemoryError):
+    """An allocation that does not fit in a simulated device's HBM; the message names the
+    tensor, the device, the bytes requested, live and available, and how to make it fit."""
+
+
+class MemoryWarning(UserWarning):
+    """A simulated device's live HBM crossed the guideline of 80% of its capacity (issued once
+    per device); the message names the device, the bytes, the percentage and the tensor."""

@@ -1,0 +1,77 @@
+"""The current simulated machine: what ``dist`` records into (SIM-ACT-1).
+
+``with sim.use(machine): ...`` makes ``machine`` current for the block (blocks nest; the
+innermost wins); :func:`current` returns it, or None outside every block and inside
+``with sim.paused():`` (which a caller uses to run helper steps it has already accounted for).
+:func:`report` prints the report of the current machine, or of the last one made current.
+"""
+from __future__ import annotations
+
+import contextlib
+
+from ..errors import SimError
+from .machine import Machine
+
+__all__ = ["use", "current", "paused", "report", "machine", "last_used"]
+
+_stack: list = []
+_paused = 0
+_last: Machine | None = None
+
+
+@contextlib.contextmanager
+def use(machine: Machine):
+    """Make ``machine`` the current machine inside the ``with`` block."""
+    global _last
+    if not isinstance(machine, Machine):
+        raise SimError(f"sim.use needs a sim.Machine, got {machine!r}",
+                       fix="with sim.use(sim.machine('GB200-NVL72', devices=72)): ...")
+    _stack.append(machine)
+    _last = machine
+    try:
+        yield machine
+    finally:
+        _stack.pop()
+
+
+def current() -> Machine | None:
+    """The innermost machine of the enclosing ``with sim.use(...)`` blocks; None when there
+    is none, or inside ``with sim.paused()``."""
+    return _stack[-1] if _stack and not _paused else None
+
+
+@contextlib.contextmanager
+def paused():
+    """Inside the block :func:`current` is None: nothing is recorded."""
+    global _paused
+    _paused += 1
+    try:
+        yield
+    finally:
+        _paused -= 1
+
+
+def last_used() -> Machine | None:
+    """The machine most recently made current (it may no longer be)."""
+    return _last
+
+
+def report(top: int = 10) -> str:
+    """Print and return the report (SIM-REPORT-1) of the innermost machine in use, or of the
+    last machine that was; a :class:`~tessera_ref.errors.SimError` if none ever was."""
+    m = _stack[-1] if _stack else _last
+    if m is None:
+        raise SimError("sim.report(): no simulated machine has been used",
+                       fix="run the program inside `with sim.use(sim.machine(...)):` or under `tessera-ref sim FILE`")
+    text = m.report(top=top)
+    print(text)
+    return text
+
+
+def machine(preset="GB200-NVL72", devices=None, launch_overhead: float = 0.0) -> Machine:
+    """A :class:`Machine` of ``preset`` with ``devices`` GPUs: a count, a sequence of device
+    names (ints ``i`` name ``cuda:i``), or None for one NVLink domain of the preset."""
+    if devices is None or isinstance(devices, int):
+        return Machine(preset, devices, launch_overhead=launch_overhead)
+    names = [f"cuda:{d}" if isinstance(d, int) else d for d in devices]
+    return Machine(preset, len(names), names, launch_overhead=launch_overhead)

@@ -1,0 +1,65 @@
+"""``tessera-ref sim``: the presets table, or a Python file run on a simulated machine (SIM-CLI-1)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import SimError, TesseraError
+from ..runner import run_path
+from .active import last_used, use
+from .machine import Machine
+from .presets import preset_card, presets_table
+
+__all__ = ["add_sim_parser", "run_sim"]
+
+DEFAULT_PRESET = "GB200-NVL72"
+
+
+def add_sim_parser(sub) -> None:
+    """Add the ``sim`` subcommand to the ``tessera-ref`` subparsers ``sub``."""
+    p = sub.add_parser("sim", help="run a Python file on a simulated GPU machine and print its report; "
+                                   "--presets prints the hardware presets",
+                       description="Run FILE (where `import tessera` means tessera_ref) with a simulated machine "
+                                   "current, then print the machine's report: memory, compute and communication "
+                                   "per device, step time, top ops. The script may make its own machine with "
+                                   "`with sim.use(...)`; then that one is reported.")
+    p.add_argument("file", nargs="?", help="the Python file to run")
+    p.add_argument("--presets", action="store_true", help="print the hardware presets (with --preset: one in full)")
+    p.add_argument("--preset", help=f"the hardware preset (default {DEFAULT_PRESET}); see --presets")
+    p.add_argument("--devices", type=int, help="number of devices (default: one NVLink domain of the preset)")
+    p.add_argument("--trace", metavar="OUT.json", help="write the timeline as a Chrome trace (open in ui.perfetto.dev)")
+
+
+def _recorded(m: Machine) -> bool:
+    return bool(m.timeline.events) or any(m.memory.peak(d) for d in range(m.n_devices))
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    """Carry out ``tessera-ref sim`` for the parsed ``args``; returns the exit status."""
+    try:
+        if args.presets:
+            print(preset_card(args.preset) if args.preset else presets_table())
+            return 0
+        if not args.file:
+            print("tessera-ref sim: give a FILE to run, or --presets", file=sys.stderr)
+            return 2
+        machine = Machine(args.preset or DEFAULT_PRESET, args.devices)
+    except SimError as e:
+        print(f"tessera-ref sim: {e.what}. Fix: {e.fix}", file=sys.stderr)
+        return 2
+    status, error, namespace = 0, None, None
+    with use(machine):
+        try:
+            namespace = run_path(args.file)  # kept until the report: "HBM live" = what the script holds at its end
+        except TesseraError as e:
+            status, error = 1, e
+    machines = [m for m in dict.fromkeys([machine, last_used()]) if m is not None and _recorded(m)] or [machine]
+    for m in machines:
+        print(m.report())
+    if args.trace:
+        machines[-1].save_trace(args.trace)
+        print(f"\ntrace of {machines[-1]!r} written to {args.trace} (open it in https://ui.perfetto.dev)")
+    if error is not None:
+        print(f"\nerror: {type(error).__name__}: {error}", file=sys.stderr)
+    del namespace
+    return status

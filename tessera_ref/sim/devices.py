@@ -1,0 +1,35 @@
+"""Naming the devices of a simulated machine: indices ``0..n-1`` and their names (SIM-TL-1)."""
+from __future__ import annotations
+
+import numbers
+
+from ..errors import SimError
+
+__all__ = ["device_names", "resolve_device"]
+
+
+def device_names(n_devices, names=None) -> tuple:
+    """The names of ``n_devices`` devices: ``names`` checked (distinct strings, one per device),
+    or ``("cuda:0", "cuda:1", …)`` when ``names`` is None."""
+    if not isinstance(n_devices, numbers.Integral) or isinstance(n_devices, bool) or n_devices < 1:
+        raise SimError(f"a simulated machine needs a positive number of devices, got {n_devices!r}",
+                       fix="pass n_devices=8 (or leave it out for the preset's NVLink domain size)")
+    if names is None:
+        return tuple(f"cuda:{i}" for i in range(int(n_devices)))
+    names = tuple(names)
+    if len(names) != n_devices or not all(isinstance(x, str) for x in names) or len(set(names)) != len(names):
+        raise SimError(f"device_names must be {n_devices} distinct strings, got {names!r}",
+                       fix="pass one distinct name per device, or leave device_names out for cuda:0..")
+    return names
+
+
+def resolve_device(device, names: tuple) -> int:
+    """The index of ``device``, given as an index ``0 <= device < len(names)`` or as a name."""
+    if isinstance(device, str):
+        if device in names:
+            return names.index(device)
+    elif isinstance(device, numbers.Integral) and not isinstance(device, bool) and 0 <= device < len(names):
+        return int(device)
+    span = f"{names[0]}..{names[-1]}" if len(names) > 1 else names[0]
+    raise SimError(f"device {device!r} is not in this simulated machine ({len(names)} devices: {span})",
+                   fix=f"use an index 0..{len(names) - 1} or a device name")

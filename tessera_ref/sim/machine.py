@@ -1,0 +1,199 @@
+"""The simulated machine: devices of a preset, their memory and their timeline (SIM-TL-1 … SIM-TL-4).
+
+A :class:`Machine` is what a simulated mesh records into: allocations (the memory
+accountant), compute (roofline time) and communication (alpha-beta time), each placed on the
+timeline of the devices involved. It can be exported as a Chrome trace and summarized as a
+text report.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+
+from ..errors import SimError, user_location
+from .collectives import collective_cost
+from .devices import device_names as _device_names
+from .devices import resolve_device
+from .memory import Allocation, MemoryAccountant
+from .presets import get_preset
+from .summary import machine_report
+from .roofline import Roofline, roofline
+from .timeline import Event, Timeline
+from .trace import chrome_trace
+from .units import device_ranges
+
+__all__ = ["Machine"]
+
+
+class Machine:
+    """``n_devices`` GPUs of ``preset`` (a name or a :class:`~tessera_ref.sim.presets.Preset`;
+    default: as many as one NVLink domain holds), named ``device_names`` (default ``cuda:i``).
+
+    Devices are addressed by index or name everywhere. Devices ``k·D … k·D + D − 1`` form
+    NVLink domain ``k`` (``D`` = ``preset.devices_per_domain``). ``launch_overhead`` seconds
+    are added to every compute op (SIM-ROOF-1; default 0).
+    """
+
+    def __init__(self, preset="GB200-NVL72", n_devices=None, device_names=None, launch_overhead: float = 0.0):
+        self.preset = get_preset(preset)
+        n = self.preset.devices_per_domain if n_devices is None else n_devices
+        self.device_names = _device_names(n, device_names)
+        if not isinstance(launch_overhead, numbers.Real) or not math.isfinite(launch_overhead) or launch_overhead < 0:
+            raise SimError(f"launch_overhead must be a finite number of seconds >= 0, got {launch_overhead!r}",
+                           fix="pass e.g. launch_overhead=3e-6, or leave it out")
+        self.launch_overhead = float(launch_overhead)
+        self.memory = MemoryAccountant(self.preset.hbm_capacity, self.device_names)
+        self.timeline = Timeline(len(self.device_names))
+        self._calls = 0  # record_collective / record_transfer calls so far: each event's "call" id
+
+    def __repr__(self) -> str:
+        return f"Machine({self.preset.name!r}, {self.n_devices} devices)"
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.device_names)
+
+    def device(self, device) -> int:
+        """The index of ``device`` (an index or a name)."""
+        return resolve_device(device, self.device_names)
+
+    def domain_of(self, device) -> int:
+        """The NVLink domain of ``device``."""
+        return self.device(device) // self.preset.devices_per_domain
+
+    @property
+    def step_time(self) -> float:
+        """When the last device finishes everything recorded: the step time (SIM-TL-2)."""
+        return self.timeline.end
+
+    # -- memory -------------------------------------------------------------------------------
+    def alloc(self, device, nbytes: int, name: str, location: str | None = None) -> Allocation:
+        """Charge ``nbytes`` of tensor ``name`` to ``device`` (SIM-MEM-1 … SIM-MEM-3); returns
+        the handle to :meth:`free`."""
+        handle = self.memory.alloc(device, nbytes, name, location if location is not None else user_location())
+        self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
+        return handle
+
+    def free(self, handle: Allocation) -> None:
+        """Give back the bytes of ``handle``."""
+        self.memory.free(handle)
+        self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
+
+    # -- compute ------------------------------------------------------------------------------
+    def record_compute(self, devices, name: str, cost, dtype, location: str | None = None) -> Roofline:
+        """Record the op ``name`` of ``cost = (flops, bytes)`` *per device* on operands of
+        ``dtype`` on each of ``devices`` (one device or several). Each device runs it on its
+        compute stream from its ready time for the roofline time (SIM-TL-2, SIM-ROOF-1);
+        returns that :class:`~tessera_ref.sim.roofline.Roofline`."""
+        indices = self._devices(devices)
+        r = roofline(cost, dtype, self.preset, self.launch_overhead)
+        args = {"flops": cost[0], "bytes": cost[1], "dtype": r.peak_key, "bound": r.bound,
+                "location": location if location is not None else user_location()}
+        for d in indices:
+            self.timeline.add(Event(d, "compute", str(name), self.timeline.ready(d), r.time, args))
+        return r
+
+    # -- communication ------------------------------------------------------------------------
+    def record_collective(self, kind: str, groups, nbytes: int, axis: str | None = None,
+                          algorithm: str | None = None, location: str | None = None) -> list:
+        """Record the collective ``kind`` run by each group of ``groups`` (tuples of devices;
+        no device in two groups) on ``nbytes`` per rank (SIM-COLL-3 for ``nbytes`` and the
+        algorithm). The members of a group start together when the last of them is ready and
+        finish together (SIM-TL-3). ``axis`` names the mesh axis for the report. Returns one
+        :class:`~tessera_ref.sim.collectives.CollectiveCost` per group."""
+        groups = self._groups(groups, kind)
+        costs = [collective_cost(kind, g, nbytes, self.preset, algorithm) for g in groups]
+        location = location if location is not None else user_location()
+        label = f"{kind}[{axis}]" if axis else kind
+        call = self._next_call()
+        for g, c in zip(groups, costs):
+            if c.ranks < 2:
+                continue
+            start = max(self.timeline.ready(d) for d in g)
+            args = {"kind": kind, "axis": axis, "algorithm": c.algorithm, "tier": c.tier, "bytes": c.nbytes,
+                    "bytes_sent": c.bytes_sent, "group": device_ranges(self.device_names, sorted(g)),
+                    "call": call, "location": location}
+            for d in g:
+                self.timeline.add(Event(d, "comm", label, start, c.time, args))
+        return costs
+
+    def record_transfer(self, src, dst, nbytes: int, name: str = "send/recv", axis: str | None = None,
+                        location: str | None = None) -> list:
+        """Record point-to-point messages of ``nbytes``: ``src[i]`` sends to ``dst[i]`` (one
+        device or equal-length sequences; a device sends at most one and receives at most one
+        message per call, never to itself). All messages of one call run concurrently: a
+        message starts when both ends are ready and takes ``α + n/β`` of its tier; each device
+        is busy on its comm stream from its first message's start to its last one's end
+        (SIM-TL-4). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost` per message."""
+        srcs, dsts = self._devices(src), self._devices(dst)
+        if len(srcs) != len(dsts):
+            raise SimError(f"{name}: {len(srcs)} sources but {len(dsts)} destinations",
+                           fix="pass one destination per source")
+        for what, ends in (("sends", srcs), ("receives", dsts)):
+            twice = sorted({self.device_names[d] for d in ends if ends.count(d) > 1})
+            if twice:
+                raise SimError(f"{name}: {', '.join(twice)} {what} more than one message in one call",
+                               fix="record each round of messages with its own record_transfer call")
+        selfsend = [self.device_names[s] for s, t in zip(srcs, dsts) if s == t]
+        if selfsend:
+            raise SimError(f"{name}: {', '.join(selfsend)} would send to itself",
+                           fix="pair each source with a different destination device")
+        costs = [collective_cost("send", (s, t), nbytes, self.preset) for s, t in zip(srcs, dsts)]
+        location = location if location is not None else user_location()
+        spans: dict = {}  # device -> its part in the call: start, end, bytes sent, peers, tiers
+        for s, t, c in zip(srcs, dsts, costs):
+            start = max(self.timeline.ready(s), self.timeline.ready(t))
+            for d, peer, sent in ((s, t, c.bytes_sent), (t, s, 0.0)):
+                span = spans.setdefault(d, {"start": start, "end": start, "sent": 0.0, "peers": [], "tiers": set()})
+                span["start"], span["end"] = min(span["start"], start), max(span["end"], start + c.time)
+                span["sent"] += sent
+                span["peers"].append(self.device_names[peer])
+                span["tiers"].add(c.tier)
+        label = f"{name}[{axis}]" if axis else name
+        call = self._next_call()
+        for d in sorted(spans):
+            span = spans[d]
+            args = {"kind": "send/recv", "axis": axis, "tier": "+".join(sorted(span["tiers"])), "bytes": int(nbytes),
+                    "bytes_sent": span["sent"], "peers": ", ".join(span["peers"]), "call": call, "location": location}
+            self.timeline.add(Event(d, "comm", label, span["start"], span["end"] - span["start"], args))
+        return costs
+
+    def _next_call(self) -> int:
+        self._calls += 1
+        return self._calls
+
+    def _devices(self, devices) -> list:
+        """Indices of one device or a sequence of devices."""
+        if isinstance(devices, (str, numbers.Integral)):
+            return [self.device(devices)]
+        return [self.device(d) for d in devices]
+
+    def _groups(self, groups, kind: str) -> list:
+        """``groups`` as tuples of device indices, each device in at most one group."""
+        if isinstance(groups, (str, numbers.Integral)):
+            raise SimError(f"{kind}: groups must be a list of tuples of devices, got {groups!r}",
+                           fix="pass e.g. groups=[(0, 1, 2, 3), (4, 5, 6, 7)]")
+        out, seen = [], set()
+        for g in groups:
+            g = tuple(self._devices(g))
+            if not g or len(set(g)) != len(g) or seen & set(g):
+                raise SimError(f"{kind}: bad group {g!r} — groups must be non-empty, without repeated devices, "
+                               "and disjoint", fix="pass each device at most once over all groups")
+            seen |= set(g)
+            out.append(g)
+        return out
+
+    # -- output -------------------------------------------------------------------------------
+    def chrome_trace(self) -> dict:
+        """The timeline as a Chrome/Perfetto trace dict (SIM-TRACE-1)."""
+        return chrome_trace(self.timeline, self.device_names, f"{self.preset.name} x {self.n_devices}")
+
+    def save_trace(self, path) -> None:
+        """Write :meth:`chrome_trace` as JSON to ``path`` (open it in https://ui.perfetto.dev)."""
+        with open(path, "w") as f:
+            json.dump(self.chrome_trace(), f)
+
+    def report(self, top: int = 10) -> str:
+        """The text summary of :func:`~tessera_ref.sim.summary.machine_report`."""
+        return machine_report(self, top=top)
