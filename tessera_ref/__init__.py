@@ -6,7 +6,7 @@ the IR infrastructure (:mod:`tessera_ref.ir`); the Graph IR primitives (:mod:`te
 :mod:`tessera_ref.ops`), tracing (:mod:`tessera_ref.graph`, :func:`jit`) and the exact
 interpreter (:mod:`tessera_ref.interp`).
 """
-from . import graph, numerics, op
+from . import dist, graph, numerics, op
 from .errors import TesseraError
 from .frontend import jit
 from .ops import Array, asarray
@@ -37,7 +37,7 @@ from .numerics import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "numerics", "op", "graph", "jit", "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
+    "numerics", "op", "graph", "dist", "jit", "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
     "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
     "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
 ]

@@ -9,6 +9,7 @@ from . import __version__
 from .numerics import ALIASES, all_formats
 from .numerics.formats import Format
 from .numerics.packing import packed_nbytes
+from .sim.cli import add_sim_parser, run_sim
 
 
 def _layout(fmt: Format) -> str:
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a Python file in which `import tessera` means tessera_ref")
     run.add_argument("file", help="the Python file to run")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the file (sys.argv[1:])")
+    demo = sub.add_parser("demo", help="the main job: a tensor-parallel block on a simulated 72-GPU GB200 NVL72")
+    demo.add_argument("--trace", metavar="OUT.json", help="write the simulated timeline as a Chrome trace")
+    add_sim_parser(sub)
     return parser
 
 
@@ -124,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         from .runner import run_path
         run_path(args.file, args.args)
         return 0
+    if args.command == "sim":
+        return run_sim(args)
+    if args.command == "demo":
+        from .demo import main as demo
+        return demo(args.trace)
     parser.print_help()
     return 0
 

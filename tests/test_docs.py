@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-CLAUSE = re.compile(r"\b(?:NUM|GRAPH)-[A-Z0-9]+-\d+\b")
+_ID = r"(?:NUM|GRAPH|MESH|SIM)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
+CLAUSE = re.compile(rf"\b{_ID}\b")
 
 
 def _spec_text() -> str:
@@ -25,7 +26,7 @@ def test_sphinx_build_has_no_warnings(tmp_path):
 
 def test_clause_ids_are_unique_and_every_cited_clause_is_defined():
     spec = _spec_text()
-    defined = re.findall(r"\*\*((?:NUM|GRAPH)-[A-Z0-9]+-\d+)\b", spec)
+    defined = re.findall(rf"\*\*({_ID})\b", spec)
     assert len(defined) == len(set(defined)), "a clause ID is defined twice"
     cited = set()
     for path in (ROOT / "tessera_ref").rglob("*.py"):

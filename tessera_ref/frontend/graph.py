@@ -10,6 +10,13 @@ caller's trace.
 
 ``f.inspect_ir("graph")`` prints the module of the most recent signature (after rewrites;
 ``optimized=False`` shows the trace as recorded); ``f.trace(*args)`` traces without running.
+
+Called with distributed tensors (:mod:`tessera_ref.dist`), the trace carries their layouts:
+each op's sharding rule gives its results' layouts and the collectives it needs are recorded
+before it (MESH-SHARD-1), so ``inspect_ir`` shows the communication; the mesh interpreter
+runs it and returns distributed tensors. The mesh is part of the signature. Rewrites other
+than dead-code elimination and CSE are not applied to sharded traces (they would have to
+re-derive layouts).
 """
 from __future__ import annotations
 
@@ -17,7 +24,7 @@ import functools
 
 from ..errors import OpError, TraceError, user_location
 from ..interp.graph import run_function
-from ..ir import Module, verify
+from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
 __all__ = ["GraphFunction", "module", "jit", "TracedModule"]
@@ -58,10 +65,15 @@ class GraphFunction:
 
     # -- signatures -----------------------------------------------------------------------
     def _signature(self, args):
+        mesh = next((x.mesh for x in args if _is_dist(x)), None)
         key, tensors = [], []
         for i, x in enumerate(args):
             if isinstance(x, Tracer):
                 raise TraceError("a traced value reached a cached call", fix="report this as a bug")
+            if _is_dist(x):
+                key.append(("dist", x.type, x.mesh))
+                tensors.append(x)
+                continue
             if x is None or isinstance(x, (str, bool)) or is_weak_scalar(x):
                 key.append(("static", type(x).__name__, repr(x)))
                 tensors.append(None)
@@ -71,7 +83,12 @@ class GraphFunction:
             except Exception as exc:
                 raise OpError(f"argument {i} of {self.name!r} is a {type(x).__name__}, which is neither a "
                               f"tensor nor a static Python value", fix="pass arrays, scalars or strings") from exc
-            key.append(("tensor", array.type))
+            if mesh is not None:  # next to distributed arguments, data is replicated on their mesh
+                from ..dist import tensor
+                array = tensor(array.shape, None, mesh, array.type.policy, data=array.data)
+                key.append(("dist", array.type, mesh))
+            else:
+                key.append(("tensor", array.type))
             tensors.append(array)
         return tuple(key), tensors
 
@@ -101,8 +118,12 @@ class GraphFunction:
         results = list(out) if structure else [out]
         module = trace.finish(results)
         verify(module)
+        sharded = any(_is_dist(t) for t in tensors)
         traced = module.clone() if self.rewrite else module
-        report = optimize(module) if self.rewrite else None
+        if sharded:
+            report = PassManager([DeadCodeElimination(), CommonSubexpressionElimination()]).run(module)
+        else:
+            report = optimize(module) if self.rewrite else None
         return TracedModule(traced, module, report, structure)
 
     # -- calling --------------------------------------------------------------------------
@@ -111,9 +132,14 @@ class GraphFunction:
             return self.fn(*args)  # inlined into the caller's trace
         key, tensors = self._signature(args)
         entry = self._traced(key, args, tensors)
-        arrays = [t.data for t in tensors if t is not None]
-        values = run_function(entry.func, *arrays)
-        results = [Array(v, r.type) for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
+        present = [t for t in tensors if t is not None]
+        dist_args = [t for t in present if _is_dist(t)]
+        if dist_args:
+            from ..dist import run_sharded
+            results = run_sharded(entry.func, dist_args[0].mesh, *present)
+        else:
+            values = run_function(entry.func, *[t.data for t in present])
+            results = [Array(v, r.type) for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
         if entry.structure is None:
             return results[0]
         return entry.structure(results)
@@ -128,6 +154,10 @@ class GraphFunction:
             raise TraceError(f"{self.name!r} has not been traced yet",
                              fix=f"call it once, or call {self.name}.trace(*example_args)")
         return str(self._last.optimized if optimized else self._last.traced)
+
+
+def _is_dist(x) -> bool:
+    return type(x).__name__ == "DistTensor" and hasattr(x, "mesh")
 
 
 def module(name: str | None = None, *, rewrite: bool = True):

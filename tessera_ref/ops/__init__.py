@@ -3,15 +3,15 @@ with all its rules (DESIGN §5; :mod:`~tessera_ref.ops.primitive`).
 
 Families: :mod:`.constant`, :mod:`.elementwise`, :mod:`.math`, :mod:`.cast`,
 :mod:`.reduction`, :mod:`.shape`, :mod:`.linalg`, :mod:`.sparse`, :mod:`.nn`, :mod:`.fft`,
-:mod:`.random`. The user-facing functions are collected in :mod:`tessera_ref.op`.
+:mod:`.random`, :mod:`.collective`. The user-facing functions are collected in :mod:`tessera_ref.op`.
 """
-from . import cast, constant, elementwise, fft, linalg, math, nn, random, reduction, shape, sparse
+from . import cast, collective, constant, elementwise, fft, linalg, math, nn, random, reduction, shape, sparse
 from .bind import bind
 from .primitive import (NOT_DIFFERENTIABLE, PRIMITIVES, RULES, Attr, Call, Cost, Primitive, define,
                         missing_rules, primitive, primitive_of)
 from .values import Array, Trace, Tracer, asarray
 
-FAMILIES = (constant, elementwise, math, cast, reduction, shape, linalg, sparse, nn, fft, random)
+FAMILIES = (constant, elementwise, math, cast, reduction, shape, linalg, sparse, nn, fft, random, collective)
 
 __all__ = ["PRIMITIVES", "Primitive", "Attr", "Call", "Cost", "define", "primitive", "primitive_of",
            "missing_rules", "NOT_DIFFERENTIABLE", "RULES", "bind", "Array", "Tracer", "Trace", "asarray",

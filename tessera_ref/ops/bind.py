@@ -19,7 +19,23 @@ from ..ir.types import ElementKind
 from .primitive import Call, Primitive
 from .values import Array, Tracer, asarray, current_trace, is_weak_scalar
 
-__all__ = ["bind", "weak_policy"]
+__all__ = ["bind", "weak_policy", "register_dispatch"]
+
+#: Value types executed elsewhere: ``{type: apply(prim, operands, attrs, location)}``. The mesh
+#: registers :class:`~tessera_ref.dist.DistTensor` here, so ops on distributed tensors run by
+#: their sharding rules (imports flow downward: ops does not import dist).
+_DISPATCH: dict = {}
+
+
+_TRACE_HOOK: list = []
+
+
+def register_dispatch(value_type: type, apply, trace_apply=None) -> None:
+    """Route ops with an operand of ``value_type`` to ``apply``; while tracing, ops with an
+    operand whose type has a layout go to ``trace_apply(prim, trace, values, attrs, location)``."""
+    _DISPATCH[value_type] = apply
+    if trace_apply is not None:
+        _TRACE_HOOK[:] = [trace_apply]
 
 
 def weak_policy(operands):
@@ -39,6 +55,11 @@ def bind(prim: Primitive, *operands, **attrs):
     """Apply ``prim`` to ``operands`` with ``attrs``: one result, or a tuple of results."""
     location = user_location()
     attrs = prim.check_attrs(attrs)
+    if _DISPATCH:
+        for x in operands:
+            apply = _DISPATCH.get(type(x))
+            if apply is not None:
+                return apply(prim, operands, attrs, location)
     trace = next((x.trace for x in operands if isinstance(x, Tracer)), None) or current_trace()
     weak = weak_policy(operands)
     if trace is None:
@@ -50,6 +71,8 @@ def bind(prim: Primitive, *operands, **attrs):
     else:
         values = [trace.value_of(x, weak) for x in operands]
         in_types = tuple(v.type for v in values)
+        if _TRACE_HOOK and any(getattr(t, "layout", None) is not None for t in in_types):
+            return _TRACE_HOOK[0](prim, trace, values, attrs, location)
         out_types = prim.infer_types(attrs, in_types, location)
         op = trace.emit(prim.ir_name, values, out_types, attrs, location)
         results = [Tracer(r, trace) for r in op.results]

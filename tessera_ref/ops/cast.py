@@ -28,6 +28,7 @@ from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
 from ..numerics import Policy, as_policy, get_format
 from .bind import bind
 from .primitive import Attr, define
+from .sharding import elementwise_rule
 from .typecheck import SEED_ATTR, elementwise_cost, require_seed, to_storage
 
 __all__ = ["cast"]
@@ -110,7 +111,7 @@ def _impl(call, x):
     return to_storage(call, x)
 
 
-CAST = define("cast", infer=_infer, impl=_impl, cost=elementwise_cost, spec="GRAPH-CAST-1",
+CAST = define("cast", infer=_infer, impl=_impl, cost=elementwise_cost, spec="GRAPH-CAST-1", shard=elementwise_rule,
               attrs={"to": Attr(check=_check_to, doc="the target: a format name, Format, Policy or "
                                                      "ScalarType, or 'i1' / 'index'"),
                      **SEED_ATTR})

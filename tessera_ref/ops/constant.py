@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ..errors import DTypeError
 from ..ir import DenseAttr, TensorType
+from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
 from .typecheck import nbytes
 
@@ -55,6 +56,6 @@ def _cost(call):
     return Cost(0, nbytes(call.out_types[0]))
 
 
-CONSTANT = define("constant", infer=_infer, impl=_impl, cost=_cost, spec="GRAPH-CONSTANT-1",
+CONSTANT = define("constant", infer=_infer, impl=_impl, cost=_cost, spec="GRAPH-CONSTANT-1", shard=replicated_rule,
                   attrs={"value": Attr(check=_check_value, doc="the element codes, a DenseAttr"),
                          "type": Attr(None, _check_type, "the result type when its policy is not the default")})

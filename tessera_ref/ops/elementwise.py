@@ -22,6 +22,7 @@ from ..numerics import accum_op
 from ..numerics.arith import canonical_nan, to_accum
 from .bind import bind
 from .primitive import NOT_DIFFERENTIABLE, define
+from .sharding import elementwise_rule, linear_rule
 from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
                         same_element, to_storage)
 
@@ -83,8 +84,12 @@ def _arith_impl(name: str):
     return impl
 
 
+_SHARD = {"add": linear_rule("all"), "sub": linear_rule("all"), "neg": linear_rule("all"),
+          "mul": linear_rule("one"), "div": linear_rule("first")}
+
+
 def _define_arith(name: str):
-    return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name),
+    return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name), shard=_SHARD.get(name, elementwise_rule),
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
                   spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR))
 
@@ -151,7 +156,8 @@ def _where_impl(call, cond, a, b):
     return np.where(cond, a, b).astype(call.out_types[0].dtype)
 
 
-WHERE = define("where", infer=_where_infer, impl=_where_impl, cost=elementwise_cost, spec="GRAPH-EW-3")
+WHERE = define("where", infer=_where_infer, impl=_where_impl, cost=elementwise_cost, spec="GRAPH-EW-3",
+               shard=elementwise_rule)
 
 
 def where(cond, a, b):
@@ -190,6 +196,7 @@ def _compare_impl(name: str):
 
 EQUAL, NOT_EQUAL, LESS, LESS_EQUAL, GREATER, GREATER_EQUAL = (
     define(n, infer=_compare_infer(n), impl=_compare_impl(n), cost=elementwise_cost, spec="GRAPH-EW-4",
+           shard=elementwise_rule,
            vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
     for n in _COMPARE)
 
@@ -244,6 +251,7 @@ def _logic_impl(name: str):
 
 LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT = (
     define(n, infer=_logic_infer(n), impl=_logic_impl(n), cost=elementwise_cost, spec="GRAPH-EW-5",
+           shard=elementwise_rule,
            vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
     for n in _LOGIC)
 

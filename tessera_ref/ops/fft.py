@@ -27,6 +27,7 @@ from ..ir.types import COMPLEX64
 from ..numerics import accum_op, xmath
 from ..numerics.arith import to_accum
 from .bind import bind
+from .sharding import elementwise_rule, keep_whole_rule
 from .primitive import Attr, Cost, define
 from .typecheck import broadcast_shapes, check_int, is_float, nbytes, normalize_axis, numel
 
@@ -206,10 +207,10 @@ def _fft_cost(call):
 _AXIS = {"axis": Attr(-1, check_int, "the axis to transform (negative counts from the end)")}
 
 FFT = define("fft", infer=_fft_infer("fft", 1), impl=_fft_impl(False), cost=_fft_cost,
-             spec="GRAPH-FFT-1", attrs=dict(_AXIS))
+             spec="GRAPH-FFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS))
 IFFT = define("ifft", infer=_fft_infer("ifft", 1), impl=_fft_impl(True), cost=_fft_cost,
-              spec="GRAPH-IFFT-1", attrs=dict(_AXIS))
-FFT2D = define("fft2d", infer=_fft_infer("fft2d", 2), impl=_fft2d_impl, cost=_fft_cost, spec="GRAPH-FFT2D-1")
+              spec="GRAPH-IFFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS))
+FFT2D = define("fft2d", infer=_fft_infer("fft2d", 2), impl=_fft2d_impl, cost=_fft_cost, spec="GRAPH-FFT2D-1", shard=keep_whole_rule(lambda attrs, x: (x.rank - 2, x.rank - 1)))
 
 
 def fft(x, axis=-1):
@@ -261,10 +262,10 @@ def _copy_cost(call):
 
 
 REAL = define("real", infer=_part_infer("real"), impl=lambda call, z: np.ascontiguousarray(z.real),
-              cost=_copy_cost, spec="GRAPH-REAL-1")
+              cost=_copy_cost, spec="GRAPH-REAL-1", shard=elementwise_rule)
 IMAG = define("imag", infer=_part_infer("imag"), impl=lambda call, z: np.ascontiguousarray(z.imag),
-              cost=_copy_cost, spec="GRAPH-IMAG-1")
-COMPLEX = define("complex", infer=_complex_infer, impl=_complex_impl, cost=_copy_cost, spec="GRAPH-COMPLEX-1")
+              cost=_copy_cost, spec="GRAPH-IMAG-1", shard=elementwise_rule)
+COMPLEX = define("complex", infer=_complex_infer, impl=_complex_impl, cost=_copy_cost, spec="GRAPH-COMPLEX-1", shard=elementwise_rule)
 
 
 def real(z):

@@ -22,13 +22,15 @@ import math
 import numpy as np
 
 from ..errors import OpError, ShapeError
-from ..ir import TensorType
+from ..ir import ShardLayout, TensorType
 from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_dot
 from ..numerics.reduce import dot_canonical
 from .bind import bind
+from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
+from .sharding import ShardPlan
 from .typecheck import (SEED_ATTR, broadcast_shapes, check_bool, check_int_tuple, nbytes, numel,
                         require_float, require_seed, same_element, to_storage)
 
@@ -115,7 +117,50 @@ def _matmul_cost(call) -> Cost:
     return Cost(2 * numel(call.out_types[0]) * k, moved)
 
 
+def _matmul_shard(attrs, a, b, c=None):
+    """MESH-SHARD-4: M follows ``a``'s split, N ``b``'s, batch dimensions ``a``'s. When K is split
+    over the same axes in both operands (or in one, the other then sliced to match, which
+    costs no communication) each device multiplies its K block and the result is a pending
+    sum over those axes — the K order then becomes: each block in the canonical order, then
+    the blocks folded in rank order (NUM-RED-3). With ``C`` (gemm) K is made whole: adding
+    ``C`` to every rank's partial would count it once per rank."""
+    la, lb = a.layout, b.layout
+    ka, ma = (a.rank - 2, a.rank - 1) if attrs["transpose_a"] else (a.rank - 1, a.rank - 2)
+    kb, nb = (b.rank - 1, b.rank - 2) if attrs["transpose_b"] else (b.rank - 2, b.rank - 1)
+    k_axes = la.dims[ka] if la.dims[ka] else lb.dims[kb]
+    if (la.dims[ka] and lb.dims[kb] and la.dims[ka] != lb.dims[kb]) or c is not None or la.padded or lb.padded:
+        k_axes = ()
+    m_axes = tuple(x for x in la.dims[ma] if x not in k_axes)
+    n_axes = tuple(x for x in lb.dims[nb] if x not in k_axes and x not in m_axes)
+    m_axes = m_axes if len(m_axes) == len(la.dims[ma]) else ()
+    n_axes = n_axes if len(n_axes) == len(lb.dims[nb]) else ()
+    used = set(k_axes) | set(m_axes) | set(n_axes)
+    out_batch = max(a.rank, b.rank) - 2
+    batch = [()] * out_batch  # a's batch splits, right-aligned onto the output's batch dims
+    for i in range(a.rank - 2):
+        d = la.dims[i]
+        if a.shape[i] != 1 and not set(d) & used:
+            batch[out_batch - (a.rank - 2) + i] = d
+            used |= set(d)
+
+    padded = la.padded or lb.padded  # padded M, N or batch blocks stay padded (K is then whole)
+
+    def operand(t, kdim, mdim, mn_axes):
+        dims = [batch[out_batch - (t.rank - 2) + i] if t.shape[i] != 1 else () for i in range(t.rank - 2)]
+        dims += [(), ()]
+        dims[kdim], dims[mdim] = k_axes, mn_axes
+        return ShardLayout(tuple(dims), padded=padded)
+    operands = (operand(a, ka, ma, m_axes), operand(b, kb, nb, n_axes))
+    result = ShardLayout(tuple(batch) + (m_axes, n_axes), k_axes, padded=padded)
+    if c is not None:  # C is split like the result (right-aligned; its size-1 dimensions broadcast)
+        off = result.rank - c.rank
+        operands += (ShardLayout(tuple(result.dims[off + d] if c.shape[d] != 1 else () for d in range(c.rank)),
+                                 padded=padded),)
+    return ShardPlan(operands, (result,), stacked=True)
+
+
 MATMUL = define("matmul", infer=_matmul_infer, impl=_matmul_impl, cost=_matmul_cost, spec="GRAPH-MATMUL-1",
+                shard=_matmul_shard,
                 attrs={"transpose_a": Attr(False, check_bool, "use a transposed in its last two axes"),
                        "transpose_b": Attr(False, check_bool, "use b transposed in its last two axes"),
                        "tile_shape": Attr(None, _check_tile_shape, "(BM, BN, BK) for the lowering; "
@@ -204,7 +249,7 @@ def _cholesky_cost(call) -> Cost:
 
 
 CHOLESKY = define("cholesky", infer=_cholesky_infer, impl=_cholesky_impl, cost=_cholesky_cost,
-                  spec="GRAPH-CHOLESKY-1", attrs=dict(SEED_ATTR))
+                  spec="GRAPH-CHOLESKY-1", shard=replicated_rule, attrs=dict(SEED_ATTR))
 
 
 def cholesky(a, *, seed=None):
@@ -353,7 +398,7 @@ def _svd_cost(call) -> Cost:
     return Cost(flops, nbytes(t) + sum(nbytes(o) for o in call.out_types))
 
 
-SVD = define("svd", infer=_svd_infer, impl=_svd_impl, cost=_svd_cost, spec="GRAPH-SVD-1", attrs=dict(SEED_ATTR))
+SVD = define("svd", infer=_svd_infer, impl=_svd_impl, cost=_svd_cost, spec="GRAPH-SVD-1", shard=replicated_rule, attrs=dict(SEED_ATTR))
 
 
 def svd(a, *, seed=None):

@@ -18,6 +18,7 @@ from ..numerics import accum_op
 from .bind import bind
 from .exact import math_in_accum
 from .primitive import Attr, define
+from .sharding import elementwise_rule
 from .typecheck import (SEED_ATTR, broadcast_types, check_str_choice, elementwise_cost, require_float,
                         require_seed, to_storage)
 
@@ -58,7 +59,7 @@ def _impl(name: str):
 
 def _define(name: str):
     attrs = dict(SEED_ATTR, **(_GELU_ATTRS if name == "gelu" else {}))
-    return define(name, infer=_infer(name), impl=_impl(name),
+    return define(name, infer=_infer(name), impl=_impl(name), shard=elementwise_rule,
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
                   spec=f"GRAPH-{name.upper()}-1", attrs=attrs)
 

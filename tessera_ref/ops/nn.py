@@ -23,6 +23,7 @@ from ..numerics.arith import to_accum
 from ..numerics.reduce import dot_canonical, reduce_canonical
 from .bind import bind
 from .exact import math_in_accum, reduce_axes
+from .sharding import batch_rule, keep_whole_rule, replicated_rule
 from .primitive import Attr, Cost, define
 from .typecheck import (SEED_ATTR, broadcast_shapes, check_bool, check_int, check_int_tuple,
                         check_str_choice, nbytes, normalize_axis, numel, require_float, require_seed,
@@ -97,7 +98,7 @@ def _softmax_impl(call, x):
     return to_storage(call, _op("div", e, _expand(s, axis), call=call))
 
 
-SOFTMAX = define("softmax", infer=_softmax_infer, impl=_softmax_impl, spec="GRAPH-SOFTMAX-1",
+SOFTMAX = define("softmax", infer=_softmax_infer, impl=_softmax_impl, spec="GRAPH-SOFTMAX-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                  cost=lambda call: Cost(5 * numel(call.out_types[0]),
                                         nbytes(call.in_types[0]) + nbytes(call.out_types[0])),
                  attrs={**_axis_attr("the axis softmax normalizes"), **SEED_ATTR},
@@ -181,10 +182,10 @@ def _norm_attrs(eps: float) -> dict:
 
 
 LAYERNORM_SAFE = define("layernorm_safe", infer=_norm_infer("layernorm_safe", ("weight", "bias")),
-                        impl=_layernorm_impl, cost=_norm_cost(7), spec="GRAPH-LAYERNORMSAFE-1",
+                        impl=_layernorm_impl, cost=_norm_cost(7), spec="GRAPH-LAYERNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                         attrs=_norm_attrs(1e-5), canonicalize=_canonical_axis("layernorm_safe"))
 RMSNORM_SAFE = define("rmsnorm_safe", infer=_norm_infer("rmsnorm_safe", ("weight",)),
-                      impl=_rmsnorm_impl, cost=_norm_cost(4), spec="GRAPH-RMSNORMSAFE-1",
+                      impl=_rmsnorm_impl, cost=_norm_cost(4), spec="GRAPH-RMSNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                       attrs=_norm_attrs(1e-6), canonicalize=_canonical_axis("rmsnorm_safe"))
 
 
@@ -290,7 +291,7 @@ def _check_block(value) -> int:
 
 FLASH_ATTENTION = define(
     "flash_attention", infer=_attention_infer, impl=_attention_impl, cost=_attention_cost,
-    spec="GRAPH-FLASHATTENTION-1",
+    spec="GRAPH-FLASHATTENTION-1", shard=batch_rule(2),
     attrs={"causal": Attr(False, check_bool, "mask key t from query i unless t <= i + (Sk - Sq)"),
            "scale": Attr(None, _check_float(nonnegative=False),
                          "the score scale (a finite float); default rsqrt(D)"),
@@ -417,7 +418,7 @@ def _conv_cost(call):
 
 
 CONV2D = define(
-    "conv2d", infer=_conv_infer, impl=_conv_impl, cost=_conv_cost, spec="GRAPH-CONV2D-1",
+    "conv2d", infer=_conv_infer, impl=_conv_impl, cost=_conv_cost, spec="GRAPH-CONV2D-1", shard=replicated_rule,
     canonicalize=_conv_canonicalize,
     attrs={"stride": Attr(1, _check_pair, "a positive int or (stride_h, stride_w)"),
            "padding": Attr(0, _check_padding, "an int, (pad_h, pad_w), (top, bottom, left, right), "

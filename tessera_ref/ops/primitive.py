@@ -108,6 +108,7 @@ class Primitive:
     shard: object = None
     lower: object = None
     canonicalize: Callable | None = None
+    layout_aware: bool = False
 
     @property
     def ir_name(self) -> str:
@@ -182,14 +183,14 @@ def _verify_hook(prim: Primitive):
     def verify(op) -> None:
         try:
             attrs = prim.check_attrs(dict(op.attributes))
-            in_types = tuple(v.type for v in op.operands)
+            in_types = tuple(v.type if prim.layout_aware else v.type.with_layout(None) for v in op.operands)
             expected = prim.infer_types(attrs, in_types, op.location)
         except TesseraError as exc:
             raise op.emit_error(exc.what, exc.fix) from None
         if attrs != op.attributes:
             raise op.emit_error(f"attributes {op.attributes} are not in canonical form; expected {attrs}",
                                 fix="build ops through tessera_ref.op or write canonical attributes")
-        actual = tuple(r.type for r in op.results)
+        actual = tuple(r.type if prim.layout_aware else r.type.with_layout(None) for r in op.results)
         if actual != expected:
             raise op.emit_error(
                 f"result types ({', '.join(map(str, actual))}) differ from the inferred "
@@ -199,14 +200,15 @@ def _verify_hook(prim: Primitive):
 
 def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: str,
            attrs: dict | None = None, vjp=None, jvp=None, shard=None, lower=None,
-           canonicalize: Callable | None = None) -> Primitive:
+           canonicalize: Callable | None = None, layout_aware: bool = False) -> Primitive:
     """Define and register the primitive ``name`` (once); see the module docstring."""
     if name in PRIMITIVES:
         raise OpError(f"primitive {name!r} is already defined", fix="define each op once")
     for key, value in (attrs or {}).items():
         if not isinstance(value, Attr):
             raise OpError(f"attribute {key!r} of {name!r} must be declared with Attr(...)")
-    prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard, lower, canonicalize)
+    prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard, lower, canonicalize,
+                     layout_aware)
     register_op(prim.ir_name, verify=_verify_hook(prim))
     PRIMITIVES[name] = prim
     _BY_IR_NAME[prim.ir_name] = prim

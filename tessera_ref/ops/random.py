@@ -24,6 +24,7 @@ from ..ir.types import INDEX, ScalarType
 from ..numerics import accum_op, cast, rng
 from ..numerics.arith import round_f64_into
 from .bind import bind
+from .sharding import replicated_rule
 from .primitive import NOT_DIFFERENTIABLE, Attr, Cost, define
 from .typecheck import check_int, check_int_tuple, elementwise_cost, is_float, nbytes, numel
 
@@ -131,6 +132,7 @@ def _output_cost(call) -> Cost:
 
 def _define_draw(name: str, draw, spec: str):
     return define(name, infer=_draw_infer(name), impl=_draw_impl(draw), cost=_output_cost, spec=spec,
+                  shard=replicated_rule,
                   attrs={**_SHAPE_ATTR, **_KEY_ATTRS, **_DTYPE_ATTR},
                   vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
 
@@ -164,7 +166,7 @@ def _poisson_impl(call):
     return rng.poisson(_key(call), _indices(call.out_types[0].shape), call.attrs["lam"])
 
 
-POISSON = define("poisson", infer=_poisson_infer, impl=_poisson_impl, cost=_output_cost, spec="GRAPH-POISSON-1",
+POISSON = define("poisson", infer=_poisson_infer, impl=_poisson_impl, cost=_output_cost, spec="GRAPH-POISSON-1", shard=replicated_rule,
                  attrs={**_SHAPE_ATTR,
                         "lam": Attr(check=_check_float_in("lam", 0.0, rng.POISSON_LAM_MAX, True),
                                     doc="the rate, a number in [0, 2**52]"),
@@ -203,7 +205,7 @@ def _dropout_impl(call, x):
 
 
 DROPOUT = define("dropout", infer=_dropout_infer, impl=_dropout_impl, cost=elementwise_cost,
-                 spec="GRAPH-DROPOUT-1",
+                 spec="GRAPH-DROPOUT-1", shard=replicated_rule,
                  attrs={"rate": Attr(check=_check_float_in("rate", 0.0, 1.0, False),
                                      doc="the probability of dropping an element, in [0, 1)"),
                         **_KEY_ATTRS})

@@ -23,7 +23,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import ShapeError
-from ..ir import TensorType
+from ..ir import ShardLayout, TensorType
 from ..ir.types import INDEX
 from ..numerics import ExactAccumulator, argmax_canonical, argmin_canonical, encode, exact_sum
 from ..numerics.arith import source_format
@@ -31,6 +31,7 @@ from ..numerics.convert import check_modes, rounding_bits
 from .bind import bind
 from .exact import reduce_axes
 from .primitive import Attr, Cost, define
+from .sharding import ShardPlan
 from .typecheck import (SEED_ATTR, check_bool, check_int_tuple, nbytes, normalize_axes, numel,
                         require_float, require_seed, to_storage)
 
@@ -141,8 +142,32 @@ def _reduce_impl(name: str):
     return impl
 
 
+def _reduce_shard(name: str):
+    """MESH-SHARD-3: ``sum``/``max``/``min`` over a split dimension reduce each block locally and
+    leave a pending reduction over its mesh axes (a pending sum stays pending under ``sum``);
+    ``mean``, ``argmax``, ``argmin`` need the reduced dimensions whole, and so does any reduction
+    of a padded split dimension (the padding would enter it)."""
+    def rule(attrs, x):
+        axes, keep = attrs["axis"], attrs.get("keepdims", False)
+        if not axes and name in ("argmax", "argmin"):  # () means the flattened tensor
+            axes = tuple(range(x.rank))
+        lay = x.layout
+        pending = name in ("sum", "max", "min")
+        keep_partial = lay.partial if (name == "sum" and lay.partial_op == "sum") else ()
+        # padding would enter a reduction of a padded split dimension: such dimensions are made whole
+        local = pending and not (lay.padded and any(lay.dims[d] for d in axes))
+        operand = ShardLayout(lay.dims if local else tuple(() if d in axes else a for d, a in enumerate(lay.dims)),
+                              keep_partial, padded=lay.padded)
+        new = tuple(a for d in axes for a in operand.dims[d]) if pending else ()
+        dims = tuple(() if d in axes else a for d, a in enumerate(operand.dims) if keep or d not in axes)
+        op = name if new else "sum"
+        return ShardPlan((operand,), (ShardLayout(dims, keep_partial + new, op if (keep_partial + new) else "sum",
+                                                  padded=lay.padded),))
+    return rule
+
+
 def _define_reduce(name: str):
-    return define(name, infer=_reduce_infer(name), impl=_reduce_impl(name), cost=_cost,
+    return define(name, infer=_reduce_infer(name), impl=_reduce_impl(name), cost=_cost, shard=_reduce_shard(name),
                   spec=f"GRAPH-{name.upper()}-1", canonicalize=_canonical_axes(name, False),
                   attrs={"axis": Attr(None, check_int_tuple, _AXIS_DOC), **_KEEPDIMS, **SEED_ATTR})
 
@@ -210,7 +235,7 @@ def _check_axis(value):
 
 
 def _define_arg(name: str):
-    return define(name, infer=_arg_infer(name), impl=_arg_impl(name), cost=_cost,
+    return define(name, infer=_arg_infer(name), impl=_arg_impl(name), cost=_cost, shard=_reduce_shard(name),
                   spec=f"GRAPH-{name.upper()}-1", canonicalize=_canonical_axes(name, True),
                   attrs={"axis": Attr(None, _check_axis, "one int axis, or None for the row-major "
                                                          "flattened tensor"), **_KEEPDIMS})

@@ -24,6 +24,7 @@ from ..errors import OpError, ShapeError
 from ..ir import TensorType
 from ..ir.types import SYMBOL_RE
 from .bind import bind
+from .sharding import ShardPlan, replicated_rule
 from .primitive import Attr, Cost, define
 from .typecheck import (check_int, check_int_tuple, elementwise_cost, nbytes, normalize_axis,
                         same_element)
@@ -122,7 +123,7 @@ def _reshape_impl(call, a):
 
 
 RESHAPE = define("reshape", infer=_reshape_infer, impl=_reshape_impl, cost=lambda call: Cost(0, 0),
-                 spec="GRAPH-RESHAPE-1", canonicalize=_reshape_canonicalize,
+                 spec="GRAPH-RESHAPE-1", shard=replicated_rule, canonicalize=_reshape_canonicalize,
                  attrs={"shape": Attr(check=_dims, doc="the new shape: ints, symbol names, at most one -1")})
 
 
@@ -149,9 +150,15 @@ def _transpose_canonicalize(attrs, x):
     return {"perm": perm}
 
 
+def _transpose_shard(attrs, x):
+    """MESH-SHARD-5: the splits move with their dimensions; a pending sum stays pending (linear)."""
+    lay = x.layout
+    return ShardPlan((lay,), (lay.replace(dims=tuple(lay.dims[p] for p in attrs["perm"])),))
+
+
 TRANSPOSE = define("transpose", infer=lambda attrs, x: TensorType(tuple(x.shape[p] for p in attrs["perm"]), x.policy),
                    impl=lambda call, a: np.transpose(a, call.attrs["perm"]).copy(), cost=_moved,
-                   spec="GRAPH-TRANSPOSE-1", canonicalize=_transpose_canonicalize,
+                   spec="GRAPH-TRANSPOSE-1", shard=_transpose_shard, canonicalize=_transpose_canonicalize,
                    attrs={"perm": Attr(None, check_int_tuple,
                                        "result axis i is operand axis perm[i]; default: all axes reversed")})
 
@@ -194,7 +201,7 @@ def _broadcast_to_impl(call, a):
 
 
 BROADCAST_TO = define("broadcast_to", infer=_broadcast_to_infer, impl=_broadcast_to_impl, cost=_moved,
-                      spec="GRAPH-BROADCASTTO-1",
+                      spec="GRAPH-BROADCASTTO-1", shard=replicated_rule,
                       attrs={"shape": Attr(check=_dims, doc="the target shape (ints and symbol names)")})
 
 
@@ -255,7 +262,7 @@ def _slice_impl(call, a):
     return np.array(a[index])  # a copy, and a 0-d array (not a NumPy scalar) for rank 0
 
 
-SLICE = define("slice", infer=_slice_infer, impl=_slice_impl, spec="GRAPH-SLICE-1",
+SLICE = define("slice", infer=_slice_infer, impl=_slice_impl, spec="GRAPH-SLICE-1", shard=replicated_rule,
                cost=lambda call: Cost(0, 2 * nbytes(call.out_types[0])), canonicalize=_slice_canonicalize,
                attrs={"starts": Attr(check=check_int_tuple, doc="first index per axis"),
                       "stops": Attr(check=_dims, doc="range stop per axis (the symbol for a whole symbolic axis)"),
@@ -376,7 +383,7 @@ def _concat_infer(attrs, *xs):
 
 
 CONCAT = define("concat", infer=_concat_infer, impl=lambda call, *arrays: np.concatenate(arrays, call.attrs["axis"]),
-                cost=_moved, spec="GRAPH-CONCAT-1", canonicalize=_concat_canonicalize,
+                cost=_moved, spec="GRAPH-CONCAT-1", shard=replicated_rule, canonicalize=_concat_canonicalize,
                 attrs={"axis": Attr(0, check_int, "the axis to join along")})
 
 
@@ -400,7 +407,7 @@ def _split_impl(call, a):
     return tuple(p.copy() for p in parts)
 
 
-SPLIT = define("split", infer=_split_infer, impl=_split_impl, cost=_moved, spec="GRAPH-SPLIT-1",
+SPLIT = define("split", infer=_split_infer, impl=_split_impl, cost=_moved, spec="GRAPH-SPLIT-1", shard=replicated_rule,
                canonicalize=lambda attrs, x: {"axis": normalize_axis("split", attrs["axis"], x)},
                attrs={"sizes": Attr(check=check_int_tuple, doc="the size of each part along the axis"),
                       "axis": Attr(0, check_int, "the axis to split")})
@@ -443,7 +450,7 @@ def _split_qkv_impl(call, a):
 
 
 SPLIT_QKV = define("split_qkv", infer=_split_qkv_infer, impl=_split_qkv_impl, cost=_moved,
-                   spec="GRAPH-SPLITQKV-1", attrs={"heads": Attr(check=check_int, doc="the number of heads")})
+                   spec="GRAPH-SPLITQKV-1", shard=replicated_rule, attrs={"heads": Attr(check=check_int, doc="the number of heads")})
 
 
 def split_qkv(x, heads):

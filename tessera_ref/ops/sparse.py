@@ -18,6 +18,7 @@ from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_sum
 from .bind import bind
+from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
 from .typecheck import (INDEX, SEED_ATTR, check_int_tuple, nbytes, require_float, require_kind, require_seed,
                         same_element, to_storage)
@@ -119,7 +120,7 @@ def _spmm_cost(call) -> Cost:
     return Cost(2 * nnz * n, moved)
 
 
-SPMM = define("spmm", infer=_spmm_infer, impl=_spmm_impl, cost=_spmm_cost, spec="GRAPH-SPMM-1",
+SPMM = define("spmm", infer=_spmm_infer, impl=_spmm_impl, cost=_spmm_cost, spec="GRAPH-SPMM-1", shard=replicated_rule,
               attrs={"shape": Attr(doc="(m, k), the CSR matrix's shape", check=_check_shape), **SEED_ATTR})
 
 

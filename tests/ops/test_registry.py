@@ -10,7 +10,7 @@ from tessera_ref.ops import NOT_DIFFERENTIABLE, PRIMITIVES, RULES, missing_rules
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = "\n".join(p.read_text() for p in (ROOT / "docs" / "spec").glob("*.md"))
-DEFINED = set(re.findall(r"\*\*(GRAPH-[A-Z0-9]+-\d+)\b", SPEC))
+DEFINED = set(re.findall(r"\*\*((?:GRAPH|MESH)-[A-Z0-9]+-\d+)\b", SPEC))
 
 
 def test_every_primitive_has_infer_impl_cost_and_a_defined_clause():

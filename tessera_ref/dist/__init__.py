@@ -1,0 +1,33 @@
+"""The simulated mesh: meshes, layouts, distributed tensors and collectives (DESIGN §7).
+
+``from tessera import dist`` in the seeds' programs is this module (``tessera-ref run``)::
+
+    mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"), shape=(4, 9, 2))
+    W = dist.tensor(shape=(8192, 8192), layout=dist.ShardSpec(partition=("col",), mesh_axes=("tp",)),
+                    mesh=mesh, dtype="bf16")
+    y = dist.all_gather(x @ W, axis="tp")
+
+The normative rules are the ``MESH-*`` clauses of ``docs/spec/mesh.md``.
+"""
+from types import SimpleNamespace
+
+from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError
+
+from ..ops.collective import all_gather, all_reduce, all_to_all, reduce_scatter
+from ..ops.collective import collective_permute as permute
+from .collectives import REDUCE_OPS, broadcast, check_pending, recv, send
+from .interp import run_sharded  # importing it registers DistTensor with the op dispatcher
+from .mesh import Mesh, default_shape, mesh
+from .redistribute import plan as redistribution_plan
+from .redistribute import redistribute
+from .spec import PARTITION_NAMES, ShardSpec
+from .tensor import DistTensor, from_shards, tensor
+
+#: The seeds' ``dist.collective.reduce_scatter(...)`` spelling of the collectives.
+collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter,
+                             broadcast=broadcast, all_to_all=all_to_all, permute=permute, send=send, recv=recv)
+
+__all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
+           "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
+           "all_to_all", "permute", "send", "recv", "check_pending", "collective", "REDUCE_OPS", "run_sharded",
+           "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
