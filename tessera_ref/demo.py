@@ -1,23 +1,35 @@
-"""``tessera-ref demo``: a tensor-parallel MLP block on a simulated GB200 NVL72 (72 GPUs).
+"""``tessera-ref demo``: seed 004's transformer block, tensor-parallel on a simulated GB200 NVL72.
 
 What it shows, step by step, on the CPU:
 
 1. the NVL72 mesh of seed 004 (dp=4 × tp=9 × pp=2) on a simulated GB200-NVL72 machine;
-2. a Megatron-style block ``rmsnorm(gelu(x @ W1) @ W2)``: ``x`` split over ``dp``, ``W1`` by
-   columns and ``W2`` by rows over ``tp``, traced once with ``jit``; the printed Graph IR
-   carries the layouts and the collective the sharding rules insert: the second matmul leaves
-   a pending sum over ``tp`` (its K split), which rmsnorm needs whole — an ``all_reduce``;
-3. the global result against the same program on one device: the first matmul is
-   bit-identical (no K split); the second sums its K blocks per device and then across the
-   ranks in rank order (NUM-RED-3), so its bits differ (by how much is printed); under
-   ``reduction="exact"`` (shown on a smaller block: exact sums cost more) they are identical
-   again, for any mesh;
-4. seed 002's 1,000,000 × 1,000,000 bf16 weight as an abstract tensor: its bytes per device,
-   and what the simulated machine says about them;
-5. the simulator's report: memory per device, compute and communication time, the step time;
-   ``--trace out.json`` writes the timeline for ui.perfetto.dev.
+2. seed 004 §2.8's block ``rmsnorm_safe → gemm(Wqkv) → split_qkv → flash_attention →
+   gemm(Wo)``, traced once with ``jit``: the batch split over ``dp``, ``Wqkv`` by columns
+   and ``Wo`` by rows over ``tp`` (Megatron's layout). The printed Graph IR carries the
+   layouts: each device computes the q, k, v and attention of its heads with no
+   communication; the second gemm sums over the heads of every device — a K split, a
+   pending sum over ``tp`` — which the block's ``reduce_scatter`` carries out, leaving the
+   output split over the sequence;
+3. every collective the step ran, with its bytes, algorithm and time; the memory of each
+   device and the estimated step time on GB200-NVL72; the timeline as a Chrome trace;
+4. the bits against the same block on one device: everything before the K split is
+   bit-identical; the K split sums each device's heads and then folds the devices in rank
+   order (NUM-RED-3), so the output differs in the last bits (how much is printed); under
+   ``reduction="exact"`` (on a smaller block: exact sums cost more) it is identical again;
+   and the SHA-256 of the output, the same on every run and machine;
+5. seed 002's 1,000,000 × 1,000,000 bf16 weight as an abstract tensor: its bytes per device,
+   and the out-of-memory error of the simulated machine.
+
+Two liberties with the seed's text, both printed: its block computes ``h = rmsnorm_safe(x)``
+and then multiplies ``x`` (``h`` is dead; we multiply ``h``, as the block's name says), and it
+passes the attention output ``[B, heads, S, D]`` straight to ``gemm(y, Wo)`` (we merge the
+heads back to ``[B, S, E]`` first). The seed's ``heads=16`` does not divide ``tp=9``; the demo
+uses 18 heads.
 """
 from __future__ import annotations
+
+import hashlib
+import os
 
 import numpy as np
 
@@ -25,88 +37,132 @@ from . import dist, jit, op, sim
 from .errors import OutOfMemoryError
 from .numerics import Policy
 
-__all__ = ["main"]
+__all__ = ["main", "attention_block", "tp_block"]
 
 #: Locations in IR and errors name this file's lines (see tessera_ref.errors.user_location).
 __tessera_user_code__ = True
+
+HEADS = 18
+TP = 9
+TRACE = "tessera-demo-trace.json"
+
+
+def heads_output(x, Wqkv):
+    """Seed 004's block up to the output projection: the attention of every head, merged back
+    to ``[B, S, E]``."""
+    h = op.rmsnorm_safe(x)
+    qkv = op.gemm(h, Wqkv)                          # Wqkv split by columns over tp: each device its heads
+    q, k, v = op.split_qkv(qkv, heads=HEADS, groups=TP)
+    y = op.flash_attention(q, k, v)                 # heads split over tp: no communication
+    return op.reshape(op.permute(y, (0, 2, 1, 3)), (x.shape[0], x.shape[1], -1))
+
+
+def attention_block(x, Wqkv, Wo):
+    """Seed 004 §2.8's transformer block (on one device, or on a mesh)."""
+    return op.gemm(heads_output(x, Wqkv), Wo)     # Wo split by rows over tp: a pending sum over tp
+
+
+@jit
+def tp_block(x, Wqkv, Wo):
+    """The block on the mesh: the pending sum over tp reduce-scattered over the sequence."""
+    return dist.collective.reduce_scatter(attention_block(x, Wqkv, Wo), axis="tp", dim=1)
+
+
+def _weights(mesh, policy, batch, seq, width, seeds=(0, 1, 2)):
+    """``x`` split over dp by batch, ``Wqkv`` by columns and ``Wo`` by rows over tp, from the
+    seeded RNG (the same global bits on any mesh)."""
+    S = dist.ShardSpec
+    specs = {"x": ((batch, seq, width), S(("batch",), ("dp",))),
+             "Wqkv": ((width, 3 * width), S(("col",), ("tp",))),
+             "Wo": ((width, width), S(("row",), ("tp",)))}
+    return [dist.tensor(shape, spec, mesh, dtype=policy, init="randn", seed=seed, name=name)
+            for seed, (name, (shape, spec)) in zip(seeds, specs.items())]
 
 
 def _difference(a: np.ndarray, b: np.ndarray) -> str:
     """How far ``a`` is from ``b``: how many elements' bits differ, and the largest difference
     relative to the largest magnitude."""
     differ = np.count_nonzero(a.view(np.uint32) != b.view(np.uint32))
+    if not differ:
+        return "bit-identical to one device"
     rel = float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
-    return f"{differ} of {a.size} elements differ, by at most {rel:.1e} of max|z|"
+    return f"{differ} of {a.size} elements differ from one device, by at most {rel:.1e} of max|out|"
 
 
-@jit
-def mlp_block(x, w1, w2):
-    h = op.gelu(op.matmul(x, w1))      # columns of W1 over tp: h is split over tp, no communication
-    z = op.matmul(h, w2)               # rows of W2 over tp: a K split, a pending sum over tp
-    return op.rmsnorm_safe(z)          # needs whole rows: the rule inserts an all_reduce over tp
-
-
-def _block(mesh, policy, shapes=((576, 256), (256, 1152), (1152, 256))):
-    """x split over dp, W1 by columns and W2 by rows over tp, from the seeded RNG (the same
-    global bits on any mesh), and the block's result."""
-    S = dist.ShardSpec
-    specs = (S(("row",), ("dp",)), S(("col",), ("tp",)), S(("row",), ("tp",)))
-    x, w1, w2 = (dist.tensor(shape, spec, mesh, dtype=policy, init="randn", seed=i, name=name)
-                 for i, (shape, spec, name) in enumerate(zip(shapes, specs, ("x", "W1", "W2"))))
-    return x, w1, w2, mlp_block(x, w1, w2)
-
-
-def _one_device(x, w1, w2, policy):
-    """The same block on one device, from the global values."""
+def _one_device(fn, tensors, policy):
+    """``fn`` on one device, on the global values of ``tensors``."""
     with sim.paused():
-        gx, g1, g2 = (op.cast(t.numpy(), policy) for t in (x, w1, w2))
-        return np.asarray(op.rmsnorm_safe(op.matmul(op.gelu(op.matmul(gx, g1)), g2)))
+        return np.asarray(fn(*(op.cast(t.numpy(), policy) for t in tensors)))
+
+
+def _collectives(machine) -> list:
+    """One line per collective call recorded on ``machine``: kind, axis, groups, bytes, time."""
+    calls = {}
+    for e in machine.timeline.events:
+        if e.stream == "comm":
+            calls.setdefault(e.args["call"], []).append(e)
+    lines = []
+    for events in calls.values():
+        a = events[0].args
+        groups = len({e.args["group"] for e in events})
+        lines.append(f"   {e.name:<22} {groups} groups of {len(events) // groups} devices, {a['bytes']:,} B per "
+                     f"device ({a['algorithm']}, {a['tier']}), {events[0].duration * 1e6:.1f} us   at {a['location']}")
+    return lines
 
 
 def main(trace: str | None = None) -> int:
     machine = sim.machine("GB200-NVL72", devices=72)
+    batch, seq, width = 4, 288, HEADS * 64
     with sim.use(machine):
         mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"), shape=(4, 9, 2))
         print(f"1. {mesh} on a simulated {machine.preset.name}\n")
 
-        x, w1, w2, z = _block(mesh, "f32")
-        print("2. the traced block (layouts in the types, the inserted collectives as ops):\n")
-        print(mlp_block.inspect_ir("graph"), "\n")
-        print(f"   result {z.type}; each device holds {x.nbytes_per_device:,} B of x, "
-              f"{w1.nbytes_per_device:,} B of W1, {w2.nbytes_per_device:,} B of W2\n")
+        x, Wqkv, Wo = _weights(mesh, "f32", batch, seq, width)
+        out = tp_block(x, Wqkv, Wo)
+        print(f"2. seed 004's transformer block, {HEADS} heads of 64, batch {batch} x sequence {seq} x width "
+              f"{width}, traced once (layouts in the types, collectives as ops). As the seed writes it, except:\n"
+              f"   gemm(h, Wqkv), not gemm(x, Wqkv), which leaves h = rmsnorm_safe(x) dead; the heads merged back\n"
+              f"   to [B, S, E] before gemm(y, Wo); {HEADS} heads, as the seed's 16 do not divide tp={TP}.\n")
+        print(tp_block.inspect_ir("graph"), "\n")
+        print(f"   each device holds {x.nbytes_per_device:,} B of x, {Wqkv.nbytes_per_device:,} B of Wqkv, "
+              f"{Wo.nbytes_per_device:,} B of Wo; the output is {out.type}\n")
 
-        with sim.paused():
-            h1 = np.asarray(op.gelu(op.matmul(x.numpy(), w1.numpy())))
-        h_mesh = dist.all_gather(op.gelu(op.matmul(x, w1)), axis="tp").numpy()
-        same_h = np.array_equal(h_mesh.view(np.uint32), h1.view(np.uint32))
-        print(f"3. first matmul + gelu against one device: {'bit-identical' if same_h else 'DIFFERENT'}")
-        print(f"   the block (second matmul's K split over tp=9, canonical order): "
-              f"{_difference(z.numpy(), _one_device(x, w1, w2, 'f32'))}")
-        small = ((36, 72), (72, 144), (144, 72))  # exact sums cost more: a smaller block
+    print("3. the collectives of the step on the simulated machine:")
+    print("\n".join(_collectives(machine)))
+    print(f"   estimated step time on {machine.preset.name}: {machine.step_time * 1e6:.1f} us\n")
+
+    print("4. the bits against the same block on one device:")
+    with sim.paused():
+        same = np.array_equal(dist.all_gather(heads_output(x, Wqkv), axis="tp").numpy().view(np.uint32),
+                              _one_device(heads_output, (x, Wqkv), "f32").view(np.uint32))
+        print(f"   rmsnorm, gemm(Wqkv), split_qkv, flash_attention: {'bit-identical' if same else 'DIFFERENT'}")
+        result = out.numpy()
+        print(f"   the block (gemm(Wo) sums over tp=9 devices' heads, then folds them in rank order): "
+              f"{_difference(result, _one_device(attention_block, (x, Wqkv, Wo), 'f32'))}")
         exact = Policy("f32", reduction="exact")
         for policy in ("f32", exact):
-            xs, w1s, w2s, zs = _block(mesh, policy, small)
-            single = _one_device(xs, w1s, w2s, policy)
-            same = np.array_equal(zs.numpy().view(np.uint32), single.view(np.uint32))
+            small = _weights(mesh, policy, 4, 18, HEADS * 4, seeds=(3, 4, 5))
             name = "reduction='exact'" if policy is exact else "canonical order"
-            print(f"   block {small[0]}x{small[1]}x{small[2]}, {name}: "
-                  + ("bit-identical to one device" if same else _difference(zs.numpy(), single)))
-        print()
+            print(f"   a 4 x 18 x 72 block, {name}: "
+                  f"{_difference(tp_block(*small).numpy(), _one_device(attention_block, small, policy))}")
+        print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): "
+              f"{hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()}\n")
 
         big_mesh = dist.Mesh(axes=["tp", "pp", "dp"], devices=range(72))
-        with sim.paused():
-            W = dist.tensor(shape=(1_000_000, 1_000_000),
-                            layout=dist.ShardSpec(partition=("row", "col"), mesh_axes=("tp", "pp")),
-                            mesh=big_mesh, dtype="bf16")
-        print(f"4. seed 002's weight on {big_mesh}: {W.type}, {W.nbytes / 1e12:.1f} TB, "
-              f"{W.nbytes_per_device / 1e9:.0f} GB per device (split 8 ways, replicated over dp=9)")
+        W = dist.tensor(shape=(1_000_000, 1_000_000),
+                        layout=dist.ShardSpec(partition=("row", "col"), mesh_axes=("tp", "pp")),
+                        mesh=big_mesh, dtype="bf16")
+    print(f"5. seed 002's weight on {big_mesh}: {W.type}, {W.nbytes / 1e12:.1f} TB, "
+          f"{W.nbytes_per_device / 1e9:.0f} GB per device (split 8 ways, replicated over dp=9)")
+    with sim.use(sim.machine("GB200-NVL72", devices=72)):
         try:
             dist.tensor(shape=W.shape, layout=W.layout, mesh=big_mesh, dtype="bf16", name="W (seed 002)")
         except OutOfMemoryError as error:
             print(f"   the simulated machine: {error.what}\n")
-        print("5. the simulated machine's report:\n")
-        print(machine.report())
-        if trace:
-            machine.save_trace(trace)
-            print(f"\ntimeline written to {trace} (open it in ui.perfetto.dev)")
+
+    print("6. the simulated machine's report of the step:\n")
+    print(machine.report())
+    path = os.path.abspath(trace or TRACE)
+    machine.save_trace(path)
+    print(f"\ntimeline written to {path} (open it in ui.perfetto.dev)")
     return 0

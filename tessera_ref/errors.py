@@ -6,10 +6,25 @@ happened (``file:line``, the first stack frame outside ``tessera_ref``) and how 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_RUNNING = contextvars.ContextVar("tessera_ref_running_op", default=None)
+
+
+@contextlib.contextmanager
+def running_op_at(location: str | None):
+    """Within the block :func:`user_location` is ``location``: the source line of the traced
+    op an interpreter is running, which is where the user wrote it (errors and the simulated
+    machine's records then name that line, not the call of the traced function)."""
+    token = _RUNNING.set(location)
+    try:
+        yield
+    finally:
+        _RUNNING.reset(token)
 
 
 def user_location() -> str | None:
@@ -18,8 +33,12 @@ def user_location() -> str | None:
     A frame belongs to the package when its file lies in the package directory or, for code
     generated at run time (dataclass ``__init__`` and the like), when its module is ours —
     except modules that declare ``__tessera_user_code__ = True`` (the bundled demo), which are
-    user programs that happen to ship with the package.
+    user programs that happen to ship with the package. While an interpreter runs a traced op
+    (:func:`running_op_at`) it is that op's location.
     """
+    running = _RUNNING.get()
+    if running is not None:
+        return running
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

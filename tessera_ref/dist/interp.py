@@ -10,7 +10,7 @@ what ran.
 """
 from __future__ import annotations
 
-from ..errors import LayoutError, OpError
+from ..errors import LayoutError, OpError, running_op_at
 from ..ir import FUNC, RETURN, Operation, ShardLayout, TensorType
 from ..ops.primitive import Call, primitive_of
 from .mesh import Mesh
@@ -50,7 +50,8 @@ def run_sharded(func: Operation, mesh: Mesh, *args: DistTensor) -> list:
         if prim.name == "constant":
             env[id(op.results[0])] = _constant(op, mesh)
             continue
-        out = apply(prim, [env[id(v)] for v in op.operands], dict(op.attributes), op.location)
+        with running_op_at(op.location):
+            out = apply(prim, [env[id(v)] for v in op.operands], dict(op.attributes), op.location)
         out = out if isinstance(out, tuple) else (out,)
         for result, value in zip(op.results, out):
             want = result.type.layout or ShardLayout.replicated(result.type.rank)

@@ -120,12 +120,17 @@ def plan_results(plan, out_types) -> tuple:
     return plan.results if plan.results is not None else tuple(ShardLayout.replicated(t.rank) for t in out_types)
 
 
+def _local_types(moved) -> tuple:
+    """The operands' per-device types."""
+    return tuple(TensorType(local_shape(x.shape, x.layout, x.mesh), x.type.policy) for x in moved)
+
+
 def _record_compute(prim, attrs, moved, out_types, layouts, location) -> None:
     machine = sim.current()
     if machine is None:
         return
     mesh = moved[0].mesh
-    local_in = tuple(TensorType(local_shape(x.shape, x.layout, mesh), x.type.policy) for x in moved)
+    local_in = _local_types(moved)
     local_out = tuple(TensorType(local_shape(t.shape, lay, mesh), t.policy) for t, lay in zip(out_types, layouts))
     cost = prim.cost(Call(prim, attrs, local_in, local_out, location))
     machine.record_compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
@@ -155,6 +160,8 @@ def apply(prim, operands, attrs, location):
     plan = prim.shard(attrs, *[_rule_type(v.type) for v in values])
     moved = [redistribute(v, lay) for v, lay in zip(values, plan.operands)]
     layouts = plan_results(plan, out_types)
+    if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
+        attrs = plan.local_attrs(attrs, _local_types(moved))
     _record_compute(prim, attrs, moved, out_types, layouts, location)
     locals_ = _run_local(prim, attrs, moved, out_types, plan, location)
     results = []

@@ -20,7 +20,7 @@ from collections import Counter
 
 import numpy as np
 
-from ..errors import OpError, ShapeError
+from ..errors import LayoutError, OpError, ShapeError
 from ..ir import TensorType
 from ..ir.types import SYMBOL_RE
 from .bind import bind
@@ -122,8 +122,38 @@ def _reshape_impl(call, a):
     return a.reshape(_concrete(call.out_types[0].shape, _sizes(call.in_types, (a,))))
 
 
+def _reshape_shard(attrs, x):
+    """MESH-SHARD-6: a split dimension keeps its split when it starts a result dimension
+    (the same number of elements before both) whose size it divides — kept whole, or merged
+    with the dimensions after it (``[H, D] -> [H*D]`` with ``H`` split): every device's block
+    is then one contiguous run of that result dimension. Other splits are gathered (a padded
+    or symbolic shape: all of them). A pending reduction stays pending: reshape moves
+    elements and combines none. The devices reshape their blocks to the local shape."""
+    lay, shape, out = x.layout, x.shape, attrs["shape"]
+    dims = [()] * len(out)
+    if not lay.padded and all(isinstance(d, int) for d in shape + out):
+        starts = {math.prod(out[:j]): j for j in range(len(out))}
+        for i, axes in enumerate(lay.dims):
+            j = starts.get(math.prod(shape[:i]))
+            if axes and j is not None and shape[i] and out[j] % shape[i] == 0:
+                dims[j] = axes
+    kept = {axes for axes in dims if axes}
+    operand = lay.replace(dims=tuple(axes if axes in kept else () for axes in lay.dims))
+
+    def local_attrs(attrs, local_in):
+        """The result shape of one device's block: each kept dimension shrinks by its split."""
+        (local,) = local_in
+        new = list(out)
+        for i, axes in enumerate(operand.dims):
+            if axes:
+                j = dims.index(axes)
+                new[j] = out[j] // (shape[i] // local.shape[i])
+        return {**attrs, "shape": tuple(new)}
+    return ShardPlan((operand,), (lay.replace(dims=tuple(dims)),), local_attrs=local_attrs)
+
+
 RESHAPE = define("reshape", infer=_reshape_infer, impl=_reshape_impl, cost=lambda call: Cost(0, 0),
-                 spec="GRAPH-RESHAPE-1", shard=replicated_rule, canonicalize=_reshape_canonicalize,
+                 spec="GRAPH-RESHAPE-1", shard=_reshape_shard, canonicalize=_reshape_canonicalize,
                  attrs={"shape": Attr(check=_dims, doc="the new shape: ints, symbol names, at most one -1")})
 
 
@@ -432,8 +462,11 @@ def split(x, sections, axis=0):
 
 # -- split_qkv ------------------------------------------------------------------------------------------
 def _split_qkv_infer(attrs, x):
-    heads = attrs["heads"]
+    heads, groups = attrs["heads"], attrs["groups"]
     last = x.shape[-1] if x.rank >= 2 else None
+    if groups <= 0 or heads % groups:
+        raise ShapeError(f"split_qkv: heads={heads} is not a multiple of groups={groups}",
+                         fix="pass groups dividing heads (groups=1: the plain [3, heads, D] layout)")
     if heads <= 0 or not isinstance(last, int) or last % (3 * heads):
         raise ShapeError(f"split_qkv: {x} is not [..., S, 3*E] with a static last dimension divisible by "
                          f"3*heads = {3 * heads}", fix="pass the fused qkv projection [..., S, 3*E] with E a "
@@ -443,23 +476,52 @@ def _split_qkv_infer(attrs, x):
 
 
 def _split_qkv_impl(call, a):
-    heads = call.attrs["heads"]
-    r = a.reshape(a.shape[:-1] + (3, heads, a.shape[-1] // (3 * heads)))  # [..., S, 3, H, D]
-    r = np.swapaxes(np.moveaxis(r, -3, 0), -3, -2)                      # [3, ..., H, S, D]
+    heads, groups = call.attrs["heads"], call.attrs["groups"]
+    r = a.reshape(a.shape[:-1] + (groups, 3, heads // groups, a.shape[-1] // (3 * heads)))  # [..., S, G, 3, H/G, D]
+    r = np.moveaxis(r, -3, 0)                                                             # [3, ..., S, G, H/G, D]
+    r = np.swapaxes(r.reshape(r.shape[:-3] + (heads, r.shape[-1])), -3, -2)              # [3, ..., H, S, D]
     return tuple(r[i].copy() for i in range(3))
 
 
+def _split_qkv_shard(attrs, x):
+    """MESH-SHARD-7: with the last dimension split (not padded) over axes that divide ``groups``,
+    each device holds whole groups — q, k and v of ``heads/groups`` heads each — and splits them
+    with ``heads`` and ``groups`` divided by the split: the results are split over the heads
+    dimension, with no communication. Otherwise the last dimension is gathered first. The
+    other dimensions keep their splits; a pending reduction stays pending (the op moves elements)."""
+    lay = x.layout
+    last = lay.dims[-1]
+    keep_last = bool(last) and not lay.padded and attrs["groups"] > 1
+    operand = lay.replace(dims=lay.dims[:-1] + ((last if keep_last else ()),))
+    result = lay.replace(dims=lay.dims[:-2] + ((last if keep_last else ()), lay.dims[-2], ()))
+
+    def local_attrs(attrs, local_in):
+        """``heads`` and ``groups`` of one device's block of groups."""
+        n = x.shape[-1] // local_in[0].shape[-1]
+        if attrs["groups"] % n:
+            raise LayoutError(f"split_qkv: the last dimension of {x} is split {n} ways, which does not "
+                              f"divide groups={attrs['groups']}, so the devices' blocks cut through a group",
+                              fix=f"use a multiple of {n} for groups (and heads), or gather the operand first")
+        return {**attrs, "heads": attrs["heads"] // n, "groups": attrs["groups"] // n}
+    return ShardPlan((operand,), (result,) * 3, local_attrs=local_attrs if keep_last else None)
+
+
 SPLIT_QKV = define("split_qkv", infer=_split_qkv_infer, impl=_split_qkv_impl, cost=_moved,
-                   spec="GRAPH-SPLITQKV-1", shard=replicated_rule, attrs={"heads": Attr(check=check_int, doc="the number of heads")})
+                   spec="GRAPH-SPLITQKV-1", shard=_split_qkv_shard,
+                   attrs={"heads": Attr(check=check_int, doc="the number of heads"),
+                          "groups": Attr(1, check_int, doc="the last axis is [groups, 3, heads/groups, D]")})
 
 
-def split_qkv(x, heads):
+def split_qkv(x, heads, groups=1):
     """``q, k, v`` of a fused projection ``x`` of shape ``[..., S, 3*E]`` (GRAPH-SPLITQKV-1).
 
-    The last axis is laid out ``[3, heads, D]`` (q's block, then k's, then v's; ``D =
-    E / heads``); each result is ``[..., heads, S, D]``.
+    The last axis is laid out ``[groups, 3, heads/groups, D]`` (``D = E / heads``): each group
+    holds the q block, then the k block, then the v block of its ``heads/groups`` heads. With
+    ``groups=1`` that is q's block, then k's, then v's; ``groups`` equal to the tensor-parallel
+    degree is the layout whose column split keeps every head's q, k and v on one device.
+    Each result is ``[..., heads, S, D]``; head ``g·heads/groups + h`` is head ``h`` of group ``g``.
     """
-    return bind(SPLIT_QKV, x, heads=heads)
+    return bind(SPLIT_QKV, x, heads=heads, groups=groups)
 
 
 # -- helpers on reshape -----------------------------------------------------------------------------------

@@ -5,12 +5,14 @@ A rule says, from the operands' global types (each with its
 must be for the op to run device by device on local blocks with the *unchanged* attributes,
 and in which layout each result then is::
 
-    rule(attrs, *in_types) -> ShardPlan(operands=(layout, ...), results=(layout, ...), stacked=...)
+    rule(attrs, *in_types) -> ShardPlan(operands=(layout, ...), results=(layout, ...), stacked=...,
+                                        local_attrs=None)
 
 The mesh executor (:mod:`tessera_ref.dist.propagate`) moves each operand into its requested
 layout with collectives (MESH-REDIST-1), runs ``impl`` on the local blocks and attaches the
 result layouts. ``stacked=True`` says ``impl`` accepts the mesh axes as extra leading batch
-axes (elementwise ops, matmul), so all devices run in one call.
+axes (elementwise ops, matmul), so all devices run in one call. Attributes that speak of global sizes (a ``reshape``'s shape)
+are rewritten for the devices by ``local_attrs(attrs, local_in_types) -> attrs``.
 
 A result is *partial* (a pending reduction, MESH-LAYOUT-1) when the op sums over a dimension
 split over a mesh axis — matmul with K split, ``sum`` over a split axis. That is where
@@ -43,6 +45,7 @@ class ShardPlan:
     operands: tuple
     results: tuple
     stacked: bool = False
+    local_attrs: object = None
 
 
 def whole(layout: ShardLayout, dims=None) -> ShardLayout:

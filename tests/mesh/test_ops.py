@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from mesh_reference import block_index, fold_f32, same_bits
 from tessera_ref import dist, op
+from tessera_ref.errors import LayoutError
 from tessera_ref.ir import ShardLayout
 from tessera_ref.numerics import Policy
 from tessera_ref.numerics.reduce import dot_canonical, reduce_canonical
@@ -317,6 +318,61 @@ def test_transpose_moves_splits():
     P = partial_from(c)
     assert op.transpose(P).layout.partial == ("tp",)  # a pending sum stays pending
     assert same_bits(op.transpose(P).numpy(), fold_f32(c).T)
+
+
+@pytest.mark.parametrize("shape, spec, new, dims", [
+    ((6, 4, 3), S((1,), ("dp",)), (6, 12), ((), ("dp",))),          # [H, D] -> [H*D], H split: kept
+    ((6, 4, 3), S((0,), ("tp",)), (2, 3, 12), ((), (), ())),         # 6 -> 2x3: a split cut in two, gathered
+    ((6, 4, 3), S((0,), ("tp",)), (6, 12), (("tp",), ())),           # an unchanged dimension keeps its split
+    ((6, 4, 3), S((0, 1), ("tp", "dp")), (72,), (("tp",),)),         # the leading split survives, the other is gathered
+    ((6, 4, 3), S((2,), ("tp",)), (24, 3), ((), ("tp",))),           # merging the dims before it: still a run
+    ((6, 4, 3), S((1,), ("dp",)), (6, 1, 12), ((), (), ("dp",))),    # size-1 dimensions in between
+])
+def test_reshape_keeps_splits_that_start_a_result_dimension(shape, spec, new, dims):
+    x = rnd(*shape)
+    got = op.reshape(T(x, spec), new)
+    assert got.layout.dims == dims
+    assert same_bits(got.numpy(), x.reshape(new))
+
+
+def test_reshape_of_a_pending_sum_stays_pending():
+    c = [rnd(4, 6, seed=s) for s in range(3)]
+    got = op.reshape(partial_from(c), (2, 12))
+    assert got.layout.partial == ("tp",)
+    assert same_bits(got.numpy(), fold_f32(c).reshape(2, 12))
+
+
+def _split_qkv_reference(x, heads, groups):
+    """q, k, v from GRAPH-SPLITQKV-1's index formula, element by element."""
+    S_, E = x.shape[-2], x.shape[-1] // 3
+    D, Hg = E // heads, heads // groups
+    out = np.empty((3,) + x.shape[:-2] + (heads, S_, D), x.dtype)
+    for part, g, h, d in itertools.product(range(3), range(groups), range(Hg), range(D)):
+        out[part, ..., g * Hg + h, :, d] = x[..., :, g * 3 * E // groups + part * E // groups + h * D + d]
+    return out
+
+
+@pytest.mark.parametrize("spec, groups, head_axes", [
+    (S((2,), ("tp",)), 3, ("tp",)),      # each device holds one group: heads split, no communication
+    (S((2,), ("tp",)), 6, ("tp",)),      # two groups per device
+    (S((2,), ("tp",)), 1, ()),           # groups=1: q, k, v blocks span the devices, gathered first
+    (S((0, 1), ("dp", "tp")), 3, ()),    # batch and sequence splits move to the results
+])
+def test_split_qkv_keeps_whole_groups_on_their_devices(spec, groups, head_axes):
+    x = rnd(2, 6, 3 * 12)
+    qkv = op.split_qkv(T(x, spec), heads=6, groups=groups)
+    ref = _split_qkv_reference(x, 6, groups)
+    for got, want in zip(qkv, ref):
+        split = spec.layout(3).dims  # [B, S, 3E] -> [B, heads, S, D]
+        assert got.layout.dims == (split[0], head_axes, split[1], ())
+        assert same_bits(got.numpy(), want)
+
+
+def test_split_qkv_groups_that_the_split_cuts_are_an_error():
+    x = rnd(2, 6, 3 * 16)
+    mesh = dist.Mesh(("tp",), range(4), (4,))
+    with pytest.raises(LayoutError, match="does not divide groups=2"):
+        op.split_qkv(T(x, S((2,), ("tp",)), mesh), heads=4, groups=2)
 
 
 def test_fft_and_cholesky_give_the_unsharded_bits():

@@ -1,5 +1,6 @@
 """Traced sharded programs show the collectives they need (MESH-SHARD-1), their IR text round
 trips, and the bundled demo and the seeds' mesh snippets run."""
+import os
 import re
 import subprocess
 import sys
@@ -82,9 +83,9 @@ def test_a_collective_on_a_replicated_tensor_warns_and_keeps_the_value():
     assert np.array_equal(y.numpy(), x.numpy())
 
 
-def _run(*args):
+def _run(*args, env=None):
     return subprocess.run([sys.executable, "-m", "tessera_ref.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+                          cwd=ROOT, timeout=300, env={**os.environ, **(env or {})})
 
 
 def test_the_demo_runs_and_reports_what_it_checked(tmp_path):
@@ -92,11 +93,20 @@ def test_the_demo_runs_and_reports_what_it_checked(tmp_path):
     out = _run("demo", "--trace", str(trace))
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "first matmul + gelu against one device: bit-identical" in text
+    ir = text[text.index('"tessera.module"'):text.index("each device holds")]
+    assert _ops(ir) == ["rmsnorm_safe", "matmul", "split_qkv", "flash_attention", "transpose", "reshape", "matmul",
+                        "reduce_scatter"]  # no communication before the K split, one collective after it
+    assert "#shard<[dp, tp, *, *]>" in ir and "partial(tp)" in ir  # heads split over tp; the pending sum
+    assert "rmsnorm, gemm(Wqkv), split_qkv, flash_attention: bit-identical" in text
     assert "reduction='exact': bit-identical to one device" in text
-    assert '"tessera.graph.all_reduce"' in text and "partial(tp)" in text
+    assert re.search(r"reduce_scatter\[tp\] +8 groups of 9 devices, 1,327,104 B per device", text)  # 4*288*1152*4 / dp
     assert "out of memory on cuda:0" in text and "W (seed 002)" in text
-    assert "Step time" in text and trace.stat().st_size > 0
+    assert "Step time" in text and f"timeline written to {trace}" in text
+    events = __import__("json").loads(trace.read_text())["traceEvents"]
+    assert any(e.get("name") == "reduce_scatter[tp]" for e in events)
+    digest = re.search(r"SHA-256 of the output \(float32, \(4, 288, 1152\)\): ([0-9a-f]{64})", text).group(1)
+    again = _run("demo", "--trace", str(tmp_path / "u.json"), env={"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "7"})
+    assert digest in again.stdout  # the same bits on every run, whatever the thread count
 
 
 def test_the_seeds_mesh_snippets_run():
