@@ -26,6 +26,7 @@ from ..errors import AbstractValueError, CollectiveError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
 from ..numerics.packing import packed_nbytes
+from ..ops.values import TensorOperators
 from .. import sim
 from .mesh import Mesh
 from .spec import resolve_layout
@@ -76,12 +77,11 @@ def _check_static(shape) -> tuple:
     return tuple(int(n) for n in shape)
 
 
-class DistTensor:
+class DistTensor(TensorOperators):
     """A tensor over a mesh: global ``type`` (with its ``#shard`` layout), the mesh and the stacked
     local values (``None`` when abstract). Build one with :func:`tensor` or :func:`from_shards`."""
 
     __slots__ = ("type", "mesh", "local", "name", "_finalizer", "__weakref__")
-    __array_priority__ = 1000
 
     def __init__(self, type: TensorType, mesh: Mesh, local, name: str | None = None):
         self.type = type
@@ -91,26 +91,10 @@ class DistTensor:
         self._finalizer = None
         _account(self)
 
-    # -- descriptive ---------------------------------------------------------------------------
-    @property
-    def shape(self) -> tuple:
-        return self.type.shape
-
-    @property
-    def ndim(self) -> int:
-        return self.type.rank
-
+    # -- descriptive (shape, ndim, policy, format and the operators: TensorOperators) ----------
     @property
     def layout(self) -> ShardLayout:
         return self.type.layout
-
-    @property
-    def policy(self):
-        return self.type.policy
-
-    @property
-    def format(self):
-        return self.type.format
 
     @property
     def is_abstract(self) -> bool:
@@ -174,23 +158,6 @@ class DistTensor:
         """``{device name: local value}`` for every device."""
         return {name: self.shard(i) for i, name in enumerate(self.mesh.devices)}
 
-    # -- operators (the op functions dispatch DistTensors to the sharding rules) -----------------
-    def __add__(self, o): return _op().add(self, o)
-    def __radd__(self, o): return _op().add(o, self)
-    def __sub__(self, o): return _op().sub(self, o)
-    def __rsub__(self, o): return _op().sub(o, self)
-    def __mul__(self, o): return _op().mul(self, o)
-    def __rmul__(self, o): return _op().mul(o, self)
-    def __truediv__(self, o): return _op().div(self, o)
-    def __rtruediv__(self, o): return _op().div(o, self)
-    def __matmul__(self, o): return _op().matmul(self, o)
-    def __rmatmul__(self, o): return _op().matmul(o, self)
-    def __neg__(self): return _op().neg(self)
-
-    @property
-    def T(self):
-        return _op().transpose(self)
-
     def redistribute(self, layout) -> "DistTensor":
         """This tensor in another layout (a :class:`~tessera_ref.dist.ShardSpec` or layout),
         moved by the collectives MESH-REDIST-1 chooses; the global value is unchanged."""
@@ -198,9 +165,6 @@ class DistTensor:
         return redistribute(self, layout)
 
 
-def _op():
-    from .. import op
-    return op
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +257,8 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
     if init is not None:
         if init not in ("randn", "rand"):
             raise LayoutError(f"unknown init {init!r}", fix="use init='randn' or init='rand'")
-        draw = _op().randn if init == "randn" else _op().rand
+        from ..ops.random import rand, randn
+        draw = randn if init == "randn" else rand
         values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
     else:
         values = np.asarray(data)

@@ -33,8 +33,9 @@ def _op():
     return importlib.import_module("tessera_ref.op")
 
 
-class _Operators:
-    """Python operators shared by :class:`Array` and :class:`Tracer` (they call ``tessera_ref.op``)."""
+class TensorOperators:
+    """Python operators and type properties shared by every tensor value — :class:`Array`,
+    :class:`Tracer` and :class:`~tessera_ref.dist.DistTensor` (they call ``tessera_ref.op``)."""
 
     __slots__ = ()
     __array_priority__ = 1000
@@ -110,7 +111,7 @@ class _Operators:
         return self.type.rank
 
 
-class Array(_Operators):
+class Array(TensorOperators):
     """A concrete tensor: ``data`` (values in the storage dtype) and ``type`` (static)."""
 
     __slots__ = ("data", "type")
@@ -159,7 +160,7 @@ class Array(_Operators):
         return f"Array({body}, type={self.type})"
 
 
-class Tracer(_Operators):
+class Tracer(TensorOperators):
     """A value of a function being traced: an IR :class:`~tessera_ref.ir.Value` in a :class:`Trace`."""
 
     __slots__ = ("value", "trace")
