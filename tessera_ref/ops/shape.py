@@ -28,7 +28,7 @@ from .sharding import ShardPlan, replicated_rule
 from .primitive import Attr, Cost, define
 from .typecheck import (check_int, check_int_tuple, elementwise_cost, nbytes, normalize_axis,
                         same_element)
-from .values import Array, Tracer, asarray
+from .values import TensorOperators, asarray
 
 __all__ = ["reshape", "transpose", "permute", "broadcast_to", "slice", "getitem", "concat", "split",
            "split_qkv", "expand_dims", "squeeze"]
@@ -76,7 +76,7 @@ def _moved(call) -> Cost:
 
 
 def _type_of(x) -> TensorType:
-    return x.type if isinstance(x, (Array, Tracer)) else asarray(x).type
+    return x.type if isinstance(x, TensorOperators) else asarray(x).type
 
 
 # -- reshape ------------------------------------------------------------------------------------
@@ -381,7 +381,7 @@ def getitem(x, index):
     ``reshape`` (skipped when the shape is unchanged). Array indices raise OpError."""
     t = _type_of(x)
     triples, shape = _basic_index(t, index)
-    out = x if isinstance(x, (Array, Tracer)) else asarray(x)
+    out = x if isinstance(x, TensorOperators) else asarray(x)  # an Array, a Tracer or a DistTensor
     if any(not isinstance(d, str) and range(*r) != range(d) for d, r in zip(t.shape, triples)):
         out = bind(SLICE, out, **_slice_attrs(triples))
     return out if out.shape == shape else reshape(out, shape)

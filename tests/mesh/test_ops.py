@@ -509,3 +509,14 @@ def test_operands_on_two_meshes_are_an_error():
     with pytest.raises(MeshError) as info:
         T(rnd(12, 6), S()) + T(rnd(12, 6), S(), other)
     assert info.value.fix
+
+
+def test_indexing_a_distributed_tensor_stays_distributed():
+    x = rnd(6, 4)
+    X = T(x, S(("row",), ("tp",)))
+    for index in (np.s_[1:3], np.s_[:, 1], np.s_[2], np.s_[..., None]):
+        got = X[index]
+        assert isinstance(got, dist.DistTensor) and got.mesh is MESH
+        assert same_bits(got.numpy(), x[index])
+    abstract = dist.tensor((6, 4), S(("row",), ("tp",)), MESH, dtype="bf16")
+    assert abstract[1:3].is_abstract and abstract[1:3].shape == (2, 4)
