@@ -195,6 +195,8 @@ def _collective_steps(trace, value, layout, target, location):
             prim, attrs = c.REDUCE_SCATTER, {"axis": axis, "dim": dim, "op": layout.partial_op}
         elif kind == "all_gather":
             prim, attrs = c.ALL_GATHER, {"axis": axis}
+        elif kind == "all_to_all":
+            prim, attrs = c.ALL_TO_ALL, {"axis": axis, "split_dim": dim[0], "concat_dim": dim[1]}
         else:
             prim, attrs = c.SHARD_SLICE, {"axis": axis, "dim": dim}
         out = prim.infer_types(attrs, (value.type,), location)

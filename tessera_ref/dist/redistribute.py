@@ -6,7 +6,10 @@ The plan, applied in this order, keeps the global value and every bit of it:
    ``reduce_scatter`` when the target splits a dimension over that axis right where the
    current layout's splits of that dimension end, else by ``all_reduce``;
 2. in every dimension, the mesh axes past the longest common prefix of the current and the
-   target split are gathered (``all_gather``, minor axis first);
+   target split are gathered (``all_gather``, minor axis first) — except an axis that the
+   target splits another dimension over next (that dimension's splits so far being the
+   target's up to it): that axis moves there with one ``all_to_all`` (each device sends
+   ``1/p`` of its block instead of receiving ``p − 1`` blocks);
 3. the target's remaining splits are taken by each device from data it already holds (a
    local slice: no communication).
 
@@ -28,7 +31,8 @@ __all__ = ["redistribute", "plan"]
 
 def plan(current: ShardLayout, target: ShardLayout) -> list:
     """The steps of MESH-REDIST-1 as ``(kind, axis, dim)`` tuples (``kind`` in ``all_reduce``,
-    ``reduce_scatter``, ``all_gather``, ``slice``)."""
+    ``reduce_scatter``, ``all_gather``, ``slice``) and ``("all_to_all", axis, (split_dim,
+    concat_dim))``."""
     if current.partial and target.partial and current.partial_op != target.partial_op:
         raise LayoutError(f"cannot turn a pending {current.partial_op} into a pending {target.partial_op}",
                           fix="reduce it first")
@@ -50,9 +54,15 @@ def plan(current: ShardLayout, target: ShardLayout) -> list:
         common = 0
         while common < min(len(cur), len(tgt)) and cur[common] == tgt[common]:
             common += 1
-        for a in reversed(cur[common:]):
-            steps.append(("all_gather", a, d))
-        del cur[common:]
+        while len(cur) > common:
+            a = cur.pop()
+            e = target.dim_of(a)
+            if e is not None and e != d and not (current.padded or target.padded) \
+                    and dims[e] == list(target.dims[e][:target.dims[e].index(a)]):
+                steps.append(("all_to_all", a, (e, d)))
+                dims[e].append(a)
+            else:
+                steps.append(("all_gather", a, d))
     for d, tgt in enumerate(target.dims):
         for a in tgt[len(dims[d]):]:
             steps.append(("slice", a, d))
@@ -77,6 +87,8 @@ def redistribute(x: DistTensor, layout) -> DistTensor:
                 x = coll.reduce_scatter(x, axis, dim, x.layout.partial_op)
             elif kind == "all_gather":
                 x = coll.all_gather(x, axis, dim)
+            elif kind == "all_to_all":
+                x = coll.all_to_all(x, axis, *dim)
             else:
                 x = coll.local_slice(x, axis, dim, target.padded)
     if x.layout.padded != target.padded:

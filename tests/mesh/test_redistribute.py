@@ -47,6 +47,7 @@ def test_any_layout_to_any_layout(data, seed):
     y = dist.redistribute(t, dst)
     assert y.layout == dst
     assert same_bits(y.numpy(), want)
+    assert not (src.padded or dst.padded) or all(k != "all_to_all" for k, _, _ in dist.redistribution_plan(src, dst))
     if not keep:
         for i in range(MESH.size):
             assert same_bits(y.shard(i), expected_shard(want, dst.dims, MESH.axes, MESH.shape, i, padded))
@@ -57,7 +58,11 @@ def test_plans():
     plan = dist.redistribution_plan
     assert plan(lay((), (), partial=("tp",)), lay(("tp",), ())) == [("reduce_scatter", "tp", 0)]
     assert plan(lay((), (), partial=("tp",)), lay((), ())) == [("all_reduce", "tp", None)]
-    assert plan(lay(("dp", "tp"), ()), lay(("dp",), ("tp",))) == [("all_gather", "tp", 0), ("slice", "tp", 1)]
+    assert plan(lay(("dp", "tp"), ()), lay(("dp",), ("tp",))) == [("all_to_all", "tp", (1, 0))]  # moves, no gather
+    assert plan(lay(("tp",), ("dp",)), lay(("dp",), ("tp",))) == [  # a swap: dim 1 is not free yet for tp
+        ("all_gather", "tp", 0), ("all_to_all", "dp", (0, 1)), ("slice", "tp", 1)]
+    padded = ShardLayout((("tp",), ()), padded=True)
+    assert plan(padded, padded.replace(dims=((), ("tp",)))) == [("all_gather", "tp", 0), ("slice", "tp", 1)]
     assert plan(lay(("tp",), ()), lay(("tp", "pp"), ())) == [("slice", "pp", 0)]
     assert plan(lay(("tp", "pp"), ()), lay((), ())) == [("all_gather", "pp", 0), ("all_gather", "tp", 0)]
     assert plan(lay((), (), partial=("tp", "dp")), lay((), (), partial=("dp",))) == [("all_reduce", "tp", None)]

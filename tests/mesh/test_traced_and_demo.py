@@ -43,14 +43,25 @@ def test_a_k_split_then_a_row_op_records_an_all_reduce_and_round_trips():
     assert np.array_equal(y.numpy().view(np.uint32), eager.numpy().view(np.uint32))
 
 
-def test_a_mismatched_split_records_a_gather_and_a_local_slice():
+def test_a_mismatched_split_records_an_all_to_all():
     mesh = _mesh()
     a = dist.tensor((6, 6), S(("row",), ("tp",)), mesh, init="randn", seed=3)
     b = dist.tensor((6, 6), S(("col",), ("tp",)), mesh, init="randn", seed=4)
     f = tr.jit(lambda p, q: p + q)
     y = f(a, b)
     names = _ops(f.inspect_ir())
-    assert names == ["all_gather", "shard_slice", "add"]
+    assert names == ["all_to_all", "add"]  # b's tp split moves from the columns to the rows
+    assert np.array_equal(y.numpy(), np.asarray(op.add(a.numpy(), b.numpy())))
+
+
+def test_a_split_the_target_drops_is_gathered_and_one_it_moves_is_an_all_to_all():
+    mesh = _mesh()
+    a = dist.tensor((6, 6), S(("row",), ("tp",)), mesh, init="randn", seed=3)
+    b = dist.tensor((6, 6), S(("row", "col"), ("dp", "tp")), mesh, init="randn", seed=4)
+    f = tr.jit(lambda p, q: p + q)
+    y = f(a, b)
+    names = _ops(f.inspect_ir())
+    assert names == ["all_gather", "all_to_all", "add"]  # dp off the rows, then tp from the columns to the rows
     assert np.array_equal(y.numpy(), np.asarray(op.add(a.numpy(), b.numpy())))
 
 
