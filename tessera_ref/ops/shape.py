@@ -292,7 +292,23 @@ def _slice_impl(call, a):
     return np.array(a[index])  # a copy, and a 0-d array (not a NumPy scalar) for rank 0
 
 
-SLICE = define("slice", infer=_slice_infer, impl=_slice_impl, spec="GRAPH-SLICE-1", shard=replicated_rule,
+def _slice_shard(attrs, x):
+    """MESH-SHARD-8: a dimension the slice takes whole keeps its split (each device takes its
+    whole block); a dimension it cuts is gathered first. A pending reduction stays pending
+    (a slice selects elements and combines none)."""
+    lay = x.layout
+    whole_dims = [(a, b, s) == (0, d, 1) and not lay.padded
+                  for d, a, b, s in zip(x.shape, attrs["starts"], attrs["stops"], attrs["steps"])]
+    kept = lay.replace(dims=tuple(axes if keep else () for axes, keep in zip(lay.dims, whole_dims)))
+
+    def local_attrs(attrs, local_in):
+        """Each kept dimension is taken whole from the device's block."""
+        stops = tuple(local_in[0].shape[d] if kept.dims[d] else stop for d, stop in enumerate(attrs["stops"]))
+        return {**attrs, "stops": stops}
+    return ShardPlan((kept,), (kept,), local_attrs=local_attrs if kept.split_axes else None)
+
+
+SLICE = define("slice", infer=_slice_infer, impl=_slice_impl, spec="GRAPH-SLICE-1", shard=_slice_shard,
                cost=lambda call: Cost(0, 2 * nbytes(call.out_types[0])), canonicalize=_slice_canonicalize,
                attrs={"starts": Attr(check=check_int_tuple, doc="first index per axis"),
                       "stops": Attr(check=_dims, doc="range stop per axis (the symbol for a whole symbolic axis)"),

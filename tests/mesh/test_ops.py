@@ -518,5 +518,10 @@ def test_indexing_a_distributed_tensor_stays_distributed():
         got = X[index]
         assert isinstance(got, dist.DistTensor) and got.mesh is MESH
         assert same_bits(got.numpy(), x[index])
+    assert X[:, 1:3].layout.dims == (("tp",), ())  # MESH-SHARD-8: the rows are taken whole, their split stays
+    assert X[1:3].layout.dims == ((), ())           # the cut dimension is gathered
+    c = [rnd(4, 6, seed=s) for s in range(3)]
+    got = partial_from(c)[:, ::2]
+    assert got.layout.partial == ("tp",) and same_bits(got.numpy(), fold_f32(c)[:, ::2])
     abstract = dist.tensor((6, 4), S(("row",), ("tp",)), MESH, dtype="bf16")
     assert abstract[1:3].is_abstract and abstract[1:3].shape == (2, 4)
