@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import DTypeError, OpError, ShapeError
 from ..ir import TensorType
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind
@@ -172,4 +174,4 @@ def to_storage(call, values, t: TensorType | None = None):
     t = call.out_types[0] if t is None else t
     policy = t.policy
     key = call.attrs.get("seed") if policy.rounding == "stochastic" else None
-    return cast(values, policy.storage, rounding=policy.rounding, overflow=policy.overflow, key=key)
+    return np.asarray(cast(values, policy.storage, rounding=policy.rounding, overflow=policy.overflow, key=key))

@@ -157,3 +157,13 @@ def test_stochastic_cast_round_trips():
     assert "seed = 3" in text and str(parse_module(text)) == text
     rerun = run_function(parse_module(text).body.first_op, np.asarray(x))
     assert np.array_equal(_bits(rerun[0]), _bits(f(x)))
+
+
+def test_a_0d_stochastic_result_is_a_0d_tensor():
+    import ml_dtypes
+    from tessera_ref import op as _op
+    from tessera_ref.numerics import Policy as _Policy
+    p = _Policy("bf16", rounding="stochastic")
+    x = _op.cast(np.float32(1.5), p, seed=1)   # 1.5 is exact in bf16: no rounding happens
+    y = _op.mul(x, x, seed=2)                 # 2.25 is exact too
+    assert np.asarray(y).shape == () and float(np.asarray(y).astype(ml_dtypes.bfloat16)) == 2.25
