@@ -9,6 +9,12 @@ interpreter (:mod:`tessera_ref.interp`).
 from . import dist, graph, numerics, op
 from .errors import TesseraError
 from .frontend import jit
+from . import autodiff
+from .autodiff import grad, jvp, value_and_grad, vjp
+from .frontend.kernel import kernel
+from .frontend.tile_api import cp_async, mut, tbarrier, tile, tshared
+from .frontend.schedule import schedule
+from . import lowering
 from .ops import Array, asarray
 from .numerics import (
     Policy,
@@ -37,7 +43,7 @@ from .numerics import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "numerics", "op", "graph", "dist", "jit", "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
+    "numerics", "op", "graph", "dist", "jit", "autodiff", "grad", "value_and_grad", "vjp", "jvp", "kernel", "schedule", "lowering", "tile", "tshared", "cp_async", "tbarrier", "mut", "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
     "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
     "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",
 ]

@@ -150,3 +150,46 @@ class OutOfMemoryError(TesseraError, MemoryError):
 class MemoryWarning(UserWarning):
     """A simulated device's live HBM crossed the guideline of 80% of its capacity (issued once
     per device); the message names the device, the bytes, the percentage and the tensor."""
+
+
+class KernelError(TesseraError, ValueError):
+    """A ``@kernel`` body or a Tile IR program is malformed (unsupported syntax, a type
+    mismatch, a lane-varying loop bound); the message names the kernel's source line."""
+
+
+class TileBoundsError(TesseraError, IndexError):
+    """A tile kernel accessed global or shared memory out of bounds; the message names the
+    buffer, the tile, the lanes, the indices and the kernel's source line."""
+
+
+class TileRaceError(TesseraError, RuntimeError):
+    """Two lanes of a tile accessed one shared-memory element within a barrier phase, at
+    least one access a write (or a cp.async copy was read before its wait and barrier)."""
+
+
+class TileUninitializedError(TesseraError, RuntimeError):
+    """A tile kernel read shared memory that nothing had written."""
+
+
+class TileBarrierError(TesseraError, RuntimeError):
+    """A ``tbarrier()`` was reached by only some lanes of a tile (a divergent barrier)."""
+
+
+class AutodiffError(TesseraError, ValueError):
+    """A transform (``grad``, ``vjp``, ``jvp``) cannot differentiate what it was given: a
+    non-scalar output for ``grad``, an integer argument, an op without a derivative rule."""
+
+
+class EffectError(TesseraError, RuntimeError):
+    """State or I/O (``dist.send``/``recv``, an op with side effects) inside differentiated code."""
+
+
+class LoweringError(TesseraError, ValueError):
+    """A program cannot be lowered to the next IR level (Graph -> Schedule -> Tile -> target):
+    an op with no tile lowering, a schedule that does not fit the shapes, an unsupported
+    format; the message names the op's source line, its types and the schedule."""
+
+
+class AutotuneError(TesseraError, ValueError):
+    """An autotuning sweep could not run: an empty space, or every configuration rejected
+    (the message lists each configuration's reason)."""

@@ -16,3 +16,9 @@ for _family in _FAMILIES:
         globals()[_name] = getattr(_family, _name)
         __all__.append(_name)
 del _family, _name
+
+from .frontend.schedule import op_kernel as _op_kernel  # noqa: E402 - after the op functions it uses
+
+#: Seed 003's ``@op.kernel`` decorator (tessera_ref.frontend.schedule), not an op.
+kernel = _op_kernel
+__all__.append("kernel")

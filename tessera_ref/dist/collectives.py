@@ -428,10 +428,18 @@ def _mesh_key(m: Mesh) -> tuple:
     return (m.axes, m.shape, m.devices)
 
 
+def _reject_in_autodiff(what: str) -> None:
+    """Sends and receives are I/O: an EffectError inside differentiated code (AD-EFFECT-1)."""
+    from ..autodiff.effects import reject
+    reject(what, fix="send/recv outside the differentiated function (e.g. between pipeline stages, "
+                     "differentiating each stage separately)")
+
+
 def send(x, dst: Mesh, *, tag: int = 0) -> None:
     """Send ``x`` (on its sub-mesh, e.g. ``mesh.sub(pp=0)``) to the sub-mesh ``dst`` of the same
     shape: device ``i`` of the source sends its local value to device ``i`` of ``dst``
     (MESH-COLL-7). The matching :func:`recv` delivers it."""
+    _reject_in_autodiff("dist.send")
     x = _check(x, "send")
     if not isinstance(dst, Mesh):
         raise CollectiveError(f"send needs dst=a dist.Mesh (a sub-mesh such as mesh.sub(pp=1)), got {dst!r}")
@@ -450,6 +458,7 @@ def send(x, dst: Mesh, *, tag: int = 0) -> None:
 def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
     """Receive on ``dst`` what ``src`` sent with :func:`send` (first in, first out per tag). With
     no matching send this is a :class:`CollectiveError` (on a GPU it would hang)."""
+    _reject_in_autodiff("dist.recv")
     for m, name in ((src, "src"), (dst, "dst")):
         if not isinstance(m, Mesh):
             raise CollectiveError(f"recv needs {name}=a dist.Mesh, got {m!r}")

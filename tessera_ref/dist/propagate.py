@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import MeshError, OpError
+from ..errors import MeshError, OpError, TraceError
 from ..ir import ShardLayout, TensorType
 from ..numerics import ExactAccumulator
 from ..numerics.exactsum import exact_dot_accumulator
-from ..ops.bind import register_dispatch
+from ..ops.bind import bind, register_dispatch
 from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
-from ..ops.values import Array, asarray, is_weak_scalar
+from ..ops.values import Array, Tracer, asarray, current_trace, is_weak_scalar
 from .. import sim
 from .redistribute import plan, redistribute
 from .tensor import DistTensor, local_shape, stack_shape
@@ -145,8 +145,21 @@ def _movers() -> dict:
             "shard_slice": c.local_slice}
 
 
+def _captured(prim, trace, operands, attrs):
+    """An op in a traced function on a DistTensor from outside it (a closure): a trace that can
+    capture (the autodiff transforms') makes the tensor a parameter; others cannot hold it."""
+    capture = getattr(trace, "capture", None)
+    if capture is None:
+        raise TraceError(f"{prim.name} in the traced function {trace.name!r} uses a distributed tensor that is not "
+                         "an argument of it", fix="pass the tensor as an argument of the traced function")
+    return bind(prim, *[capture(x) if isinstance(x, DistTensor) else x for x in operands], **attrs)
+
+
 def apply(prim, operands, attrs, location):
     """Run ``prim`` on operands of which at least one is a DistTensor (see the module docstring)."""
+    trace = next((x.trace for x in operands if isinstance(x, Tracer)), None)
+    if trace is not None or getattr(current_trace(), "capture", None) is not None:
+        return _captured(prim, trace or current_trace(), operands, attrs)
     mesh = next(x.mesh for x in operands if isinstance(x, DistTensor))
     weak = _weak_policy(operands)
     values = [_as_dist(x, mesh, weak) for x in operands]

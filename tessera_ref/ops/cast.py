@@ -26,6 +26,7 @@ from ..errors import DTypeError, OpError, TesseraError
 from ..ir import ScalarType, TensorType
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
 from ..numerics import Policy, as_policy, get_format
+from .adjoint import seed_of
 from .bind import bind
 from .primitive import Attr, define
 from .sharding import elementwise_rule
@@ -111,7 +112,29 @@ def _impl(call, x):
     return to_storage(call, x)
 
 
+def _real_float(t) -> bool:
+    return not isinstance(t.policy, ElementKind) and t.format.is_float
+
+
+def _cast_vjp(attrs, primals, results, cts):
+    """AD-CAST-1: the cotangent converted back into the operand's policy (NUM-CVT); none
+    when either side is an element kind (i1, index)."""
+    x = primals[0]
+    if not (_real_float(x.type) and _real_float(results[0].type)):
+        return (None,)
+    return (bind(CAST, cts[0], to=x.type.policy, **seed_of(attrs)),)
+
+
+def _cast_jvp(attrs, primals, tangents, results):
+    """The tangent converted like the value; none into i1/index."""
+    t = tangents[0]
+    if t is None or not (_real_float(primals[0].type) and _real_float(results[0].type)):
+        return (None,)
+    return (bind(CAST, t, **attrs),)
+
+
 CAST = define("cast", infer=_infer, impl=_impl, cost=elementwise_cost, spec="GRAPH-CAST-1", shard=elementwise_rule,
+              vjp=_cast_vjp, jvp=_cast_jvp,
               attrs={"to": Attr(check=_check_to, doc="the target: a format name, Format, Policy or "
                                                      "ScalarType, or 'i1' / 'index'"),
                      **SEED_ATTR})

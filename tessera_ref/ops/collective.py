@@ -20,7 +20,7 @@ from ..errors import DTypeError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..ir.layout import PARTIAL_OPS
 from .bind import bind
-from .primitive import Attr, Cost, define
+from .primitive import Attr, Cost, define, primitive
 from .typecheck import check_int, check_str_choice, nbytes
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute", "shard_slice"]
@@ -140,9 +140,82 @@ def MESH_ONLY(attrs, *types):
 _OP = {"op": Attr("sum", check_str_choice(*ALL_REDUCE_OPS), "the reduction")}
 
 
+# ---------------------------------------------------------------------------------------
+# derivatives (AD-COLL-1 … AD-COLL-3)
+#
+# A collective keeps the global value (permute aside: it moves blocks), so its derivative is
+# the identity on global values; what it does is choose the layout. A cotangent of a value
+# takes the value's splits and no pending reduction — the dual of "a pending sum over axis a"
+# (every rank's contribution) is "replicated over a" (every rank's contribution gets the whole
+# cotangent) — and getting there is where the transposed collectives come from: an all_gather's
+# pending-sum cotangent is reduce-scattered, a reduce_scatter's split cotangent all-gathered,
+# an all_reduce's replicated cotangent passes unchanged, a shard_slice's split cotangent is
+# all-gathered, an all_to_all's cotangent goes back by the swapped all_to_all, a permute's by
+# the inverse permutation.
+
+def to_layout(x, layout: ShardLayout):
+    """``x`` moved into ``layout`` by the collective ops of MESH-REDIST-1's plan (a value without
+    a layout is whole on every device). On tracers this records the ops; on DistTensors it runs them."""
+    from ..dist.redistribute import plan  # the plan is a pure function of layouts
+    current = x.type.layout or ShardLayout.replicated(x.type.rank)
+    for kind, axis, dim in plan(current, layout):
+        if kind == "all_reduce":
+            x = all_reduce(x, (axis,), op=current.partial_op)
+        elif kind == "reduce_scatter":
+            x = reduce_scatter(x, axis, dim, op=current.partial_op)
+        elif kind == "all_gather":
+            x = all_gather(x, axis)
+        else:
+            x = shard_slice(x, axis, dim)
+        current = x.type.layout
+    return x
+
+
+def _dual(t: TensorType) -> ShardLayout:
+    """The layout of a cotangent of a value of type ``t``: its splits, nothing pending."""
+    return (t.layout or ShardLayout.replicated(t.rank)).replace(partial=())
+
+
+def _vjp_to_operand(attrs, primals, results, cts):
+    """AD-COLL-1: the cotangent moved into the operand's dual layout."""
+    return (to_layout(cts[0], _dual(primals[0].type)),)
+
+
+def _all_to_all_vjp(attrs, primals, results, cts):
+    """AD-COLL-2: the swapped all_to_all when the cotangent is split like the result."""
+    ct = cts[0]
+    if ct.type.layout == results[0].type.layout:
+        return (all_to_all(ct, attrs["axis"], split_dim=attrs["concat_dim"], concat_dim=attrs["split_dim"]),)
+    return (to_layout(ct, _dual(primals[0].type)),)
+
+
+def _permute_vjp(attrs, primals, results, cts):
+    """AD-COLL-3: the inverse permutation (ranks that sent nothing get +0)."""
+    ct = to_layout(cts[0], _dual(results[0].type))
+    return (bind(PERMUTE, ct, axis=attrs["axis"], pairs=tuple((d, s) for s, d in attrs["pairs"])),)
+
+
+def _jvp_same(name: str):
+    """The tangent through the same collective when it has the operand's layout, else moved into
+    the result's dual layout (the collective is the identity on global values)."""
+    def jvp(attrs, primals, tangents, results):
+        t = tangents[0]
+        if t is None:
+            return (None,)
+        if t.type.layout == primals[0].type.layout:
+            return (bind(primitive(name), t, **attrs),)
+        if name == "collective_permute":
+            return (bind(PERMUTE, to_layout(t, _dual(primals[0].type)), **attrs),)
+        return (to_layout(t, _dual(results[0].type)),)
+    return jvp
+
+
+_VJP = {"all_to_all": _all_to_all_vjp, "collective_permute": _permute_vjp}
+
+
 def _define(name, infer, spec, attrs):
     return define(name, infer=infer, impl=_not_on_one_device, cost=_comm_cost, spec=spec, attrs=attrs,
-                  shard=MESH_ONLY, layout_aware=True)
+                  shard=MESH_ONLY, layout_aware=True, vjp=_VJP.get(name, _vjp_to_operand), jvp=_jvp_same(name))
 
 
 ALL_REDUCE = _define("all_reduce", _all_reduce_infer, "MESH-COLL-1",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..errors import DTypeError
 from ..ir import DenseAttr, TensorType
 from .sharding import replicated_rule
-from .primitive import Attr, Cost, define
+from .primitive import NOT_DIFFERENTIABLE, Attr, Cost, define
 from .typecheck import nbytes
 
 __all__: list = []  # no op.* function: concrete arrays become constants when traced
@@ -57,5 +57,6 @@ def _cost(call):
 
 
 CONSTANT = define("constant", infer=_infer, impl=_impl, cost=_cost, spec="GRAPH-CONSTANT-1", shard=replicated_rule,
+                  vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE,  # no operands: nothing to differentiate
                   attrs={"value": Attr(check=_check_value, doc="the element codes, a DenseAttr"),
                          "type": Attr(None, _check_type, "the result type when its policy is not the default")})

@@ -20,9 +20,11 @@ from ..ir import TensorType
 from ..ir.types import BOOL, INDEX, ElementKind
 from ..numerics import accum_op
 from ..numerics.arith import canonical_nan, to_accum
+from .adjoint import constant, seed_of, sum_terms, unbroadcast
 from .bind import bind
-from .primitive import NOT_DIFFERENTIABLE, define
+from .primitive import NOT_DIFFERENTIABLE, define, primitive
 from .sharding import elementwise_rule, linear_rule
+from .values import asarray
 from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
                         same_element, to_storage)
 
@@ -88,10 +90,91 @@ _SHARD = {"add": linear_rule("all"), "sub": linear_rule("all"), "neg": linear_ru
           "mul": linear_rule("one"), "div": linear_rule("first")}
 
 
+# ---------------------------------------------------------------------------------------
+# derivatives (AD-EW-1)
+#
+# An elementwise op's derivative with respect to operand i is the diagonal map
+# ``v ↦ ∂ᵢf ⊙ v``; a *scale* is that map written with ops. Diagonal maps are their own
+# transposes, so one scale per operand gives both rules: the vjp applies it to the cotangent
+# and sums the result back over the operand's broadcast axes, the jvp applies it to the
+# operand's tangent and adds the terms in operand order.
+
+def elementwise_rules(scales):
+    """``(vjp, jvp)`` from ``scales(attrs, primals, result) -> (scale per operand)``, each
+    scale a function of a tensor (``None``: the operand has no derivative, e.g. a condition)."""
+    def vjp(attrs, primals, results, cts):
+        fs = scales(attrs, primals, results[0])
+        return tuple(None if f is None else unbroadcast(f(cts[0]), p.shape) for f, p in zip(fs, primals))
+
+    def jvp(attrs, primals, tangents, results):
+        fs = scales(attrs, primals, results[0])
+        (out,) = sum_terms([f(t) for f, t in zip(fs, tangents) if f is not None and t is not None], attrs)
+        if out is not None and tuple(out.shape) != tuple(results[0].shape):
+            out = bind(primitive("broadcast_to"), out, shape=tuple(results[0].shape))
+        return (out,)
+    return vjp, jvp
+
+
+def _same(v):
+    return v
+
+
+def scalar(value: float, like):
+    """``value`` as a 0-d constant of ``like``'s policy: rules write their constants this way,
+    not as weak Python scalars, so they also run on stochastic-rounding policies (the exact
+    values they use consume no random bits)."""
+    policy = like.type.policy
+    if isinstance(policy, ElementKind):  # complex<f32>
+        return asarray(np.asarray(value, dtype=policy.dtype))
+    return constant(value, policy)
+
+
+def _sign_scale(x, seed: dict):
+    """``v ↦ sign(x)·v`` with sign(±0) = sign(NaN) = 0: the derivative of |x| (0 at 0)."""
+    zero = scalar(0.0, x)
+    return lambda v: where(greater(x, zero), v, where(less(x, zero), neg(v, **seed), zero))
+
+
+def _extreme_scales(pick):
+    """minimum/maximum: the cotangent goes to the operand chosen, halved between equal operands."""
+    def scales(attrs, primals, result):
+        a, b = primals
+        s, zero, half = seed_of(attrs), scalar(0.0, a), scalar(0.5, a)
+        return (lambda v: where(pick(a, b), v, where(equal(a, b), mul(v, half, **s), zero)),
+                lambda v: where(pick(b, a), v, where(equal(a, b), mul(v, half, **s), zero)))
+    return scales
+
+
+def _arith_scales(name: str):
+    def scales(attrs, primals, y):
+        s = seed_of(attrs)
+        if name == "add":
+            return _same, _same
+        if name == "sub":
+            return _same, lambda v: neg(v, **s)
+        if name == "neg":
+            return (lambda v: neg(v, **s),)
+        if name == "abs":
+            return (_sign_scale(primals[0], s),)
+        a, b = primals[:2]
+        if name == "mul":
+            return (lambda v: mul(v, b, **s), lambda v: mul(v, a, **s))
+        if name == "div":
+            return (lambda v: div(v, b, **s), lambda v: neg(div(mul(v, y, **s), b, **s), **s))
+        return (lambda v: mul(v, b, **s), lambda v: mul(v, a, **s), _same)  # fma
+    return scales
+
+
+_ARITH_SCALES = {"minimum": _extreme_scales(lambda p, q: less(p, q)),
+                 "maximum": _extreme_scales(lambda p, q: greater(p, q))}
+
+
 def _define_arith(name: str):
+    vjp, jvp = elementwise_rules(_ARITH_SCALES.get(name) or _arith_scales(name))
     return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name), shard=_SHARD.get(name, elementwise_rule),
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
-                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR))
+                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR), vjp=vjp, jvp=jvp,
+                  lower=None if name == "fma" else "elementwise")
 
 
 ADD, SUB, MUL, DIV, FMA, NEG, ABS, MINIMUM, MAXIMUM = (_define_arith(n) for n in _ARITH)
@@ -156,8 +239,14 @@ def _where_impl(call, cond, a, b):
     return np.where(cond, a, b).astype(call.out_types[0].dtype)
 
 
+def _where_scales(attrs, primals, result):
+    """AD-EW-2: the condition gets none; ``a`` the cotangent where it was chosen, ``b`` elsewhere."""
+    cond = primals[0]
+    return None, lambda v: where(cond, v, scalar(0.0, v)), lambda v: where(cond, scalar(0.0, v), v)
+
+
 WHERE = define("where", infer=_where_infer, impl=_where_impl, cost=elementwise_cost, spec="GRAPH-EW-3",
-               shard=elementwise_rule)
+               shard=elementwise_rule, **dict(zip(("vjp", "jvp"), elementwise_rules(_where_scales))))
 
 
 def where(cond, a, b):

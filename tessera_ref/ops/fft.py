@@ -26,6 +26,7 @@ from ..ir import TensorType
 from ..ir.types import COMPLEX64
 from ..numerics import accum_op, xmath
 from ..numerics.arith import to_accum
+from .adjoint import cast_to, constant, linear_jvp, op, unbroadcast
 from .bind import bind
 from .sharding import elementwise_rule, keep_whole_rule
 from .primitive import Attr, Cost, define
@@ -206,11 +207,36 @@ def _fft_cost(call):
 
 _AXIS = {"axis": Attr(-1, check_int, "the axis to transform (negative counts from the end)")}
 
+def _conj(z):
+    """The complex conjugate, ``complex(real(z), −imag(z))`` (exact)."""
+    return complex(real(z), op().neg(imag(z)))
+
+
+def _as_operand(z, x):
+    """A complex cotangent ``z`` for the operand ``x``: itself for a complex ``x``; for a real
+    one its real part, cast into ``x``'s policy (the imaginary part is the derivative along
+    the imaginary direction a real operand does not have)."""
+    return z if x.type.policy is COMPLEX64 else cast_to(real(z), x.type.policy)
+
+
+def _transform_vjp(transform):
+    """AD-FFT-1: with the real inner product ``⟨a, b⟩ = Σ Re(conj(a)·b)``, the adjoint of a DFT
+    ``F`` is ``Fᴴ``, and ``Fᴴ·ḡ = conj(F·conj(ḡ))``: the same transform (same axis, same
+    normalization: ``ifft``'s ``1/n`` stays) between two exact conjugations. No ``n`` factor
+    is introduced, so the cotangent is the exact adjoint of the op's scaling."""
+    def vjp(attrs, primals, results, cts):
+        return (_as_operand(_conj(transform(_conj(cts[0]), **attrs)), primals[0]),)
+    return vjp
+
+
 FFT = define("fft", infer=_fft_infer("fft", 1), impl=_fft_impl(False), cost=_fft_cost,
-             spec="GRAPH-FFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS))
+             spec="GRAPH-FFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS),
+             vjp=_transform_vjp(lambda z, **attrs: fft(z, **attrs)), jvp=linear_jvp("fft"))
 IFFT = define("ifft", infer=_fft_infer("ifft", 1), impl=_fft_impl(True), cost=_fft_cost,
-              spec="GRAPH-IFFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS))
-FFT2D = define("fft2d", infer=_fft_infer("fft2d", 2), impl=_fft2d_impl, cost=_fft_cost, spec="GRAPH-FFT2D-1", shard=keep_whole_rule(lambda attrs, x: (x.rank - 2, x.rank - 1)))
+              spec="GRAPH-IFFT-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)), attrs=dict(_AXIS),
+              vjp=_transform_vjp(lambda z, **attrs: ifft(z, **attrs)), jvp=linear_jvp("ifft"))
+FFT2D = define("fft2d", infer=_fft_infer("fft2d", 2), impl=_fft2d_impl, cost=_fft_cost, spec="GRAPH-FFT2D-1", shard=keep_whole_rule(lambda attrs, x: (x.rank - 2, x.rank - 1)),
+               vjp=_transform_vjp(lambda z: fft2d(z)), jvp=linear_jvp("fft2d"))
 
 
 def fft(x, axis=-1):
@@ -261,11 +287,26 @@ def _copy_cost(call):
     return Cost(0, sum(nbytes(t) for t in call.in_types + call.out_types))
 
 
+def _zero_f32():
+    return constant(0.0, "f32")
+
+
+def _complex_vjp(attrs, primals, results, cts):
+    """AD-COMPLEX-1: ``re̅ = real(ḡ)``, ``im̅ = imag(ḡ)``, summed over broadcast axes and cast
+    into each part's policy; ``real``/``imag`` put their f32 cotangent back as the real or
+    imaginary part of a complex one (the other part +0)."""
+    parts = (real(cts[0]), imag(cts[0]))
+    return tuple(cast_to(unbroadcast(p, x.shape), x.type.policy) for p, x in zip(parts, primals))
+
+
 REAL = define("real", infer=_part_infer("real"), impl=lambda call, z: np.ascontiguousarray(z.real),
-              cost=_copy_cost, spec="GRAPH-REAL-1", shard=elementwise_rule)
+              cost=_copy_cost, spec="GRAPH-REAL-1", shard=elementwise_rule,
+              vjp=lambda attrs, primals, results, cts: (complex(cts[0], _zero_f32()),), jvp=linear_jvp("real"))
 IMAG = define("imag", infer=_part_infer("imag"), impl=lambda call, z: np.ascontiguousarray(z.imag),
-              cost=_copy_cost, spec="GRAPH-IMAG-1", shard=elementwise_rule)
-COMPLEX = define("complex", infer=_complex_infer, impl=_complex_impl, cost=_copy_cost, spec="GRAPH-COMPLEX-1", shard=elementwise_rule)
+              cost=_copy_cost, spec="GRAPH-IMAG-1", shard=elementwise_rule,
+              vjp=lambda attrs, primals, results, cts: (complex(_zero_f32(), cts[0]),), jvp=linear_jvp("imag"))
+COMPLEX = define("complex", infer=_complex_infer, impl=_complex_impl, cost=_copy_cost, spec="GRAPH-COMPLEX-1", shard=elementwise_rule,
+                 vjp=_complex_vjp, jvp=linear_jvp("complex"))
 
 
 def real(z):

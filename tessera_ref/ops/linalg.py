@@ -27,6 +27,7 @@ from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_dot
 from ..numerics.reduce import dot_canonical
+from .adjoint import constant, eye, mT, op, seed_of, sum_terms, unbroadcast
 from .bind import bind
 from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
@@ -159,8 +160,33 @@ def _matmul_shard(attrs, a, b, c=None):
     return ShardPlan(operands, (result,), stacked=True)
 
 
+def _matmul_vjp(attrs, primals, results, cts):
+    """AD-MATMUL-1: ``Ā = ḡ·op(B)ᵀ`` and ``B̄ = op(A)ᵀ·ḡ`` (each put into its operand's
+    orientation by the transpose flags, never by a transpose op), summed over broadcast batch
+    axes; ``C̄ = ḡ`` summed to C's shape."""
+    a, b = primals[:2]
+    g, ta, tb, seed = cts[0], attrs["transpose_a"], attrs["transpose_b"], seed_of(attrs)
+    da = (matmul(b, g, transpose_a=tb, transpose_b=True, **seed) if ta
+          else matmul(g, b, transpose_b=not tb, **seed))
+    db = (matmul(g, a, transpose_a=True, transpose_b=ta, **seed) if tb
+          else matmul(a, g, transpose_a=not ta, **seed))
+    out = (unbroadcast(da, a.shape, attrs), unbroadcast(db, b.shape, attrs))
+    return out + ((unbroadcast(g, primals[2].shape, attrs),) if len(primals) == 3 else ())
+
+
+def _matmul_jvp(attrs, primals, tangents, results):
+    """``Ȧ·op(B) + op(A)·Ḃ + Ċ`` with the call's transpose flags."""
+    a, b = primals[:2]
+    flags = dict(transpose_a=attrs["transpose_a"], transpose_b=attrs["transpose_b"], **seed_of(attrs))
+    terms = [matmul(tangents[0], b, **flags) if tangents[0] is not None else None,
+             matmul(a, tangents[1], **flags) if tangents[1] is not None else None]
+    if len(primals) == 3 and tangents[2] is not None:
+        terms.append(op().broadcast_to(tangents[2], results[0].shape))
+    return sum_terms(terms, attrs)
+
+
 MATMUL = define("matmul", infer=_matmul_infer, impl=_matmul_impl, cost=_matmul_cost, spec="GRAPH-MATMUL-1",
-                shard=_matmul_shard,
+                shard=_matmul_shard, vjp=_matmul_vjp, jvp=_matmul_jvp, lower="matmul",
                 attrs={"transpose_a": Attr(False, check_bool, "use a transposed in its last two axes"),
                        "transpose_b": Attr(False, check_bool, "use b transposed in its last two axes"),
                        "tile_shape": Attr(None, _check_tile_shape, "(BM, BN, BK) for the lowering; "
@@ -248,8 +274,64 @@ def _cholesky_cost(call) -> Cost:
     return Cost(batch * (n ** 3 // 3 + n * n), nbytes(t) + nbytes(call.out_types[0]))
 
 
+def _diagonal(o, x):
+    """The diagonals ``[..., n]`` of square matrices ``x`` (``x ⊗ I`` summed along the rows),
+    with the op functions ``o`` (:func:`~tessera_ref.ops.adjoint.op`, as every helper here)."""
+    return o.sum(o.mul(x, eye(x.shape[-1], x.type.policy)), axis=-1)
+
+
+def _tri_inverse(o, L):
+    """``L⁻¹`` of lower-triangular ``L`` with a nonzero diagonal ``D``, with matmuls only:
+    ``D⁻¹L = I + N`` with ``N`` strictly lower, so nilpotent, and ``(I + N)⁻¹ =
+    (I − N)(I + N²)(I + N⁴)…`` up to the first power ``2^j ≥ n`` (a finite, exact identity);
+    then ``L⁻¹ = (I + N)⁻¹·D⁻¹``. ``2·⌈log2 n⌉`` matmuls; accurate for well-conditioned ``L``."""
+    n, policy = L.shape[-1], L.type.policy
+    inv_d = o.div(constant(1.0, policy), _diagonal(o, L))
+    identity = eye(n, policy)
+    nil = o.sub(o.mul(o.reshape(inv_d, inv_d.shape + (1,)), L), identity)
+    out, power, span = o.sub(identity, nil), nil, 2
+    while span < n:
+        power = o.matmul(power, power)
+        out = o.matmul(out, o.add(identity, power))
+        span *= 2
+    return o.mul(out, o.reshape(inv_d, inv_d.shape[:-1] + (1, n)))
+
+
+def _phi(o, x):
+    """Φ: the lower triangle of ``x`` with the diagonal halved."""
+    n = x.shape[-1]
+    return o.mul(x, constant(np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n), x.type.policy))
+
+
+def _cholesky_vjp(attrs, primals, results, cts):
+    """AD-CHOLESKY-1: with ``L̄`` restricted to the lower triangle (the upper one of ``L`` is
+    constant +0), ``S = L⁻ᵀ·Φ(Lᵀ·L̄)·L⁻¹`` and ``Ā = Φ(S + Sᵀ)``: the gradient with respect to
+    the lower triangle of ``A``, the entries the op reads (upper entries get +0; an
+    off-diagonal entry counts for both of its positions in the symmetric matrix)."""
+    o, L = op(attrs), results[0]
+    n = L.shape[-1]
+    g = o.mul(cts[0], constant(np.tril(np.ones((n, n))), L.type.policy))
+    inv = _tri_inverse(o, L)
+    s = o.matmul(o.matmul(inv, _phi(o, o.matmul(L, g, transpose_a=True)), transpose_a=True), inv)
+    return (_phi(o, o.add(s, mT(s))),)
+
+
+def _cholesky_jvp(attrs, primals, tangents, results):
+    """``L̇ = L·Φ(L⁻¹·Ȧ_s·L⁻ᵀ)`` with ``Ȧ_s`` the symmetric matrix of ``Ȧ``'s lower triangle."""
+    if tangents[0] is None:
+        return (None,)
+    o, L = op(attrs), results[0]
+    n = L.shape[-1]
+    lower = o.mul(tangents[0], constant(np.tril(np.ones((n, n)), -1), L.type.policy))
+    diag = o.mul(tangents[0], eye(n, L.type.policy))
+    sym = o.add(o.add(lower, mT(lower)), diag)
+    inv = _tri_inverse(o, L)
+    return (o.matmul(L, _phi(o, o.matmul(o.matmul(inv, sym), inv, transpose_b=True))),)
+
+
 CHOLESKY = define("cholesky", infer=_cholesky_infer, impl=_cholesky_impl, cost=_cholesky_cost,
-                  spec="GRAPH-CHOLESKY-1", shard=replicated_rule, attrs=dict(SEED_ATTR))
+                  spec="GRAPH-CHOLESKY-1", shard=replicated_rule, attrs=dict(SEED_ATTR),
+                  vjp=_cholesky_vjp, jvp=_cholesky_jvp)
 
 
 def cholesky(a, *, seed=None):
@@ -398,7 +480,66 @@ def _svd_cost(call) -> Cost:
     return Cost(flops, nbytes(t) + sum(nbytes(o) for o in call.out_types))
 
 
-SVD = define("svd", infer=_svd_infer, impl=_svd_impl, cost=_svd_cost, spec="GRAPH-SVD-1", shard=replicated_rule, attrs=dict(SEED_ATTR))
+def _diag_matrix(o, v):
+    """Diagonal matrices ``[..., k, k]`` holding vectors ``v [..., k]`` (``I ⊗ v`` as rows)."""
+    k = v.shape[-1]
+    return o.mul(eye(k, v.type.policy), o.reshape(v, v.shape[:-1] + (1, k)))
+
+
+def _svd_parts(o, s):
+    """``(S, S⁻¹, F)`` of singular values ``s [..., k]``: the diagonal matrices and
+    ``F_ij = 1/(s_j² − s_i²)`` off the diagonal, 0 on it (``(1 − I) ⊘ (Δ + I)``: no division by 0)."""
+    k, policy = s.shape[-1], s.type.policy
+    identity = eye(k, policy)
+    row = o.reshape(s, s.shape[:-1] + (1, k))
+    sq = o.mul(row, row)
+    f = o.div(o.sub(constant(1.0, policy), identity), o.add(o.sub(sq, mT(sq)), identity))
+    return _diag_matrix(o, s), _diag_matrix(o, o.div(constant(1.0, policy), s)), f
+
+
+def _projector(o, u):
+    """``I − U·Uᵀ`` for ``U [..., m, k]``."""
+    return o.sub(eye(u.shape[-2], u.type.policy), o.matmul(u, u, transpose_b=True))
+
+
+def _svd_vjp(attrs, primals, results, cts):
+    """AD-SVD-1 (real thin SVD, distinct nonzero singular values): with ``V = Vtᵀ``, ``V̄ = V̄tᵀ``,
+    ``J = F∘(UᵀŪ − ŪᵀU)``, ``K = F∘(VᵀV̄ − V̄ᵀV)``:
+    ``Ā = U·(J·S + diag(S̄) + S·K)·Vᵀ + (I − UUᵀ)·Ū·S⁻¹·Vᵀ + U·S⁻¹·V̄ᵀ·(I − VVᵀ)``.
+    The sign convention of the op (each row of Vt's first largest component positive) is
+    locally constant, so this is the derivative of the op as defined."""
+    o = op(attrs)
+    (u, s, vt), (gu, gs, gvt) = results, cts
+    S, S_inv, F = _svd_parts(o, s)
+    utgu = o.matmul(u, gu, transpose_a=True)
+    vtgv = o.matmul(vt, gvt, transpose_b=True)  # Vᵀ·V̄
+    J, K = o.mul(F, o.sub(utgu, mT(utgu))), o.mul(F, o.sub(vtgv, mT(vtgv)))
+    core = o.add(o.add(o.matmul(J, S), _diag_matrix(o, gs)), o.matmul(S, K))
+    out = o.matmul(o.matmul(u, core), vt)
+    out = o.add(out, o.matmul(o.matmul(_projector(o, u), o.matmul(gu, S_inv)), vt))
+    out = o.add(out, o.matmul(o.matmul(u, o.matmul(S_inv, gvt)), _projector(o, mT(vt))))
+    return (out,)
+
+
+def _svd_jvp(attrs, primals, tangents, results):
+    """With ``P = Uᵀ·Ȧ·V``: ``Ṡ = diag(P)``, ``U̇ = U·(F∘(P·S + S·Pᵀ)) + (I − UUᵀ)·Ȧ·V·S⁻¹``,
+    ``V̇ = V·(F∘(S·P + Pᵀ·S)) + (I − VVᵀ)·Ȧᵀ·U·S⁻¹``, ``V̇t = V̇ᵀ``."""
+    if tangents[0] is None:
+        return (None, None, None)
+    o, da = op(attrs), tangents[0]
+    u, s, vt = results
+    S, S_inv, F = _svd_parts(o, s)
+    p = o.matmul(o.matmul(u, da, transpose_a=True), vt, transpose_b=True)
+    ds = _diagonal(o, p)
+    du = o.add(o.matmul(u, o.mul(F, o.add(o.matmul(p, S), o.matmul(S, p, transpose_b=True)))),
+               o.matmul(o.matmul(_projector(o, u), da), o.matmul(vt, S_inv, transpose_a=True)))
+    dv = o.add(o.matmul(vt, o.mul(F, o.add(o.matmul(S, p), o.matmul(p, S, transpose_a=True))), transpose_a=True),
+               o.matmul(o.matmul(_projector(o, mT(vt)), da, transpose_b=True), o.matmul(u, S_inv)))
+    return du, ds, mT(dv)
+
+
+SVD = define("svd", infer=_svd_infer, impl=_svd_impl, cost=_svd_cost, spec="GRAPH-SVD-1", shard=replicated_rule,
+             attrs=dict(SEED_ATTR), vjp=_svd_vjp, jvp=_svd_jvp)
 
 
 def svd(a, *, seed=None):

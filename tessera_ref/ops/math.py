@@ -12,9 +12,13 @@ converted once into storage with the policy's rounding and overflow (NUM-CVT). N
 """
 from __future__ import annotations
 
+import math as _pymath
+
 import numpy as np
 
 from ..numerics import accum_op
+from . import elementwise as ew
+from .adjoint import seed_of
 from .bind import bind
 from .exact import math_in_accum
 from .primitive import Attr, define
@@ -57,11 +61,89 @@ def _impl(name: str):
     return impl
 
 
+# ---------------------------------------------------------------------------------------
+# derivatives (AD-MATH-1): ``f'(x)`` as ops in the operand's policy, times the cotangent or
+# tangent (elementwise_rules). Constants are Python floats, rounded into the policy's storage.
+
+_SQRT_2 = 2.0 ** 0.5
+_TWO_OVER_SQRT_PI = 2.0 / _pymath.sqrt(_pymath.pi)
+_INV_SQRT_2PI = 1.0 / _pymath.sqrt(2.0 * _pymath.pi)
+_SQRT_2_OVER_PI = _pymath.sqrt(2.0 / _pymath.pi)
+_GELU_C = 0.044715
+
+
+def _derivative(name: str, attrs, x, y):
+    """``f'(x)`` for the unary op ``name`` with result ``y`` (NaN where f' is undefined)."""
+    s = seed_of(attrs)
+
+    def k(value):
+        return ew.scalar(value, x)
+
+    def mul(a, b):
+        return ew.mul(a, b, **s)
+
+    def add(a, b):
+        return ew.add(a, b, **s)
+
+    def sub(a, b):
+        return ew.sub(a, b, **s)
+
+    if name == "exp":
+        return y
+    if name == "expm1":
+        return add(y, k(1.0))
+    if name == "log":
+        return ew.div(k(1.0), x, **s)
+    if name == "sqrt":
+        return ew.div(k(0.5), y, **s)
+    if name == "rsqrt":
+        return ew.neg(ew.div(mul(y, k(0.5)), x, **s), **s)
+    if name == "tanh":
+        return sub(k(1.0), mul(y, y))
+    if name in ("erf", "erfc"):
+        d = mul(exp(ew.neg(mul(x, x), **s), **s), k(_TWO_OVER_SQRT_PI))
+        return d if name == "erf" else ew.neg(d, **s)
+    if name == "sigmoid":
+        return mul(y, sub(k(1.0), y))
+    if name == "silu":
+        sg = sigmoid(x, **s)
+        return mul(sg, add(k(1.0), mul(x, sub(k(1.0), sg))))
+    if name == "sin":
+        return cos(x, **s)
+    if name == "cos":
+        return ew.neg(sin(x, **s), **s)
+    if attrs["approximate"] == "none":  # gelu: Φ(x) + x·φ(x)
+        cdf = mul(add(k(1.0), erf(ew.div(x, k(_SQRT_2), **s), **s)), k(0.5))
+        pdf = mul(exp(mul(mul(x, x), k(-0.5)), **s), k(_INV_SQRT_2PI))
+        return add(cdf, mul(x, pdf))
+    x2 = mul(x, x)  # gelu, tanh form: ½(1 + t) + ½·x·(1 − t²)·c·(1 + 3·0.044715·x²)
+    t = tanh(mul(add(x, mul(mul(x2, x), k(_GELU_C))), k(_SQRT_2_OVER_PI)), **s)
+    inner = mul(mul(sub(k(1.0), mul(t, t)), k(_SQRT_2_OVER_PI)), add(k(1.0), mul(x2, k(3.0 * _GELU_C))))
+    return add(mul(add(k(1.0), t), k(0.5)), mul(mul(x, inner), k(0.5)))
+
+
+def _unary_scales(name: str):
+    def scales(attrs, primals, y):
+        d = _derivative(name, attrs, primals[0], y)
+        return (lambda v: ew.mul(v, d, **seed_of(attrs)),)
+    return scales
+
+
+def _pow_scales(attrs, primals, z):
+    """``∂x = y·x^(y−1)`` (0 where y = 0) and ``∂y = z·log x`` (0 where x = 0)."""
+    x, y = primals
+    s, zero = seed_of(attrs), ew.scalar(0.0, x)
+    dx = ew.where(ew.equal(y, zero), zero, ew.mul(y, pow(x, ew.sub(y, ew.scalar(1.0, x), **s), **s), **s))
+    dy = ew.where(ew.equal(x, zero), zero, ew.mul(z, log(x, **s), **s))
+    return (lambda v: ew.mul(v, dx, **s), lambda v: ew.mul(v, dy, **s))
+
+
 def _define(name: str):
     attrs = dict(SEED_ATTR, **(_GELU_ATTRS if name == "gelu" else {}))
+    vjp, jvp = ew.elementwise_rules(_pow_scales if name == "pow" else _unary_scales(name))
     return define(name, infer=_infer(name), impl=_impl(name), shard=elementwise_rule,
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
-                  spec=f"GRAPH-{name.upper()}-1", attrs=attrs)
+                  spec=f"GRAPH-{name.upper()}-1", attrs=attrs, vjp=vjp, jvp=jvp)
 
 
 (EXP, EXPM1, LOG, SQRT, RSQRT, TANH, ERF, ERFC, GELU, SILU, SIGMOID, SIN, COS,

@@ -21,6 +21,7 @@ from ..ir import TensorType
 from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.reduce import dot_canonical, reduce_canonical
+from .adjoint import along, constant, dilate_axis, materialize, op, sum_terms, unbroadcast
 from .bind import bind
 from .exact import math_in_accum, reduce_axes
 from .sharding import batch_rule, keep_whole_rule, replicated_rule
@@ -98,7 +99,25 @@ def _softmax_impl(call, x):
     return to_storage(call, _op("div", e, _expand(s, axis), call=call))
 
 
+def _softmax_transpose(o, y, g, axis: int):
+    """``y ⊗ (g ⊖ sum(g ⊗ y))`` along ``axis``: the softmax Jacobian (symmetric) applied to
+    ``g``, with the op functions ``o`` (:func:`~tessera_ref.ops.adjoint.op`, as every helper here)."""
+    return o.mul(y, o.sub(g, o.sum(o.mul(g, y), axis=axis, keepdims=True)))
+
+
+def _softmax_vjp(attrs, primals, results, cts):
+    """AD-SOFTMAX-1: ``x̄ = y ⊗ (ḡ ⊖ Σ ḡ ⊗ y)`` from the result ``y`` (no recomputation)."""
+    return (_softmax_transpose(op(attrs), results[0], cts[0], attrs["axis"]),)
+
+
+def _softmax_jvp(attrs, primals, tangents, results):
+    if tangents[0] is None:
+        return (None,)
+    return (_softmax_transpose(op(attrs), results[0], tangents[0], attrs["axis"]),)
+
+
 SOFTMAX = define("softmax", infer=_softmax_infer, impl=_softmax_impl, spec="GRAPH-SOFTMAX-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
+                 vjp=_softmax_vjp, jvp=_softmax_jvp, lower="rows",
                  cost=lambda call: Cost(5 * numel(call.out_types[0]),
                                         nbytes(call.in_types[0]) + nbytes(call.out_types[0])),
                  attrs={**_axis_attr("the axis softmax normalizes"), **SEED_ATTR},
@@ -181,10 +200,68 @@ def _norm_attrs(eps: float) -> dict:
             **SEED_ATTR}
 
 
+def _normalized(o, attrs, x, center: bool):
+    """``(x̂, r)``: the normalized ``x̂ = c ⊗ r`` and ``r = rsqrt(mean(c ⊗ c) ⊕ eps)`` (kept
+    axis), with ``c = x ⊖ mean(x)`` (layernorm) or ``c = x`` (rmsnorm), recomputed with ops."""
+    axis = attrs["axis"]
+    c = o.sub(x, o.mean(x, axis=axis, keepdims=True)) if center else x
+    r = o.rsqrt(o.add(o.mean(o.mul(c, c), axis=axis, keepdims=True), constant(attrs["eps"], x.type.policy)))
+    return o.mul(c, r), r
+
+
+def _norm_core(o, xh, r, g, axis: int, center: bool):
+    """The Jacobian of ``x ↦ x̂`` applied to ``g`` — symmetric, so it is both the jvp and the
+    vjp: ``d = r ⊗ (g ⊖ x̂ ⊗ mean(x̂ ⊗ g))``, then ``d ⊖ mean(d)`` for layernorm (the centering
+    projection, which commutes with the rest because ``x̂`` is centered). ``eps`` is inside
+    ``r``, so the rule is exact for every ``eps``."""
+    d = o.mul(r, o.sub(g, o.mul(xh, o.mean(o.mul(xh, g), axis=axis, keepdims=True))))
+    return o.sub(d, o.mean(d, axis=axis, keepdims=True)) if center else d
+
+
+def _norm_vjp(center: bool):
+    """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: ``x̄`` by :func:`_norm_core` of ``ḡ ⊗ weight``;
+    ``weight̄ = Σ ḡ ⊗ x̂`` and ``bias̄ = Σ ḡ`` over every axis but the normalized one."""
+    def vjp(attrs, primals, results, cts):
+        o, (x, *params), g, axis = op(attrs), primals, cts[0], attrs["axis"]
+        xh, r = _normalized(o, attrs, x, center)
+        others = tuple(i for i in range(x.ndim) if i != axis)
+
+        def per_feature(t):
+            return o.sum(t, axis=others) if others else t
+        gw = o.mul(g, along(params[0], axis, x.ndim)) if params else g
+        bars = [_norm_core(o, xh, r, gw, axis, center)]
+        if params:
+            bars.append(per_feature(o.mul(g, xh)))
+        if len(params) == 2:
+            bars.append(per_feature(g))
+        return tuple(bars)
+    return vjp
+
+
+def _norm_jvp(center: bool):
+    """``ẏ = core(ẋ) ⊗ w ⊕ x̂ ⊗ ẇ ⊕ ḃ`` for weight ``w`` and bias ``b`` (absent tangents are zero)."""
+    def jvp(attrs, primals, tangents, results):
+        if all(t is None for t in tangents):
+            return (None,)
+        o, (x, *params), axis = op(attrs), primals, attrs["axis"]
+        xh, r = _normalized(o, attrs, x, center)
+        out = _norm_core(o, xh, r, materialize(tangents[0], x), axis, center)
+        if params:
+            out = o.mul(out, along(params[0], axis, x.ndim))
+            if tangents[1] is not None:
+                out = o.add(out, o.mul(xh, along(tangents[1], axis, x.ndim)))
+        if len(params) == 2 and tangents[2] is not None:
+            out = o.add(out, along(tangents[2], axis, x.ndim))
+        return (out,)
+    return jvp
+
+
 LAYERNORM_SAFE = define("layernorm_safe", infer=_norm_infer("layernorm_safe", ("weight", "bias")),
+                        vjp=_norm_vjp(True), jvp=_norm_jvp(True), lower="rows",
                         impl=_layernorm_impl, cost=_norm_cost(7), spec="GRAPH-LAYERNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                         attrs=_norm_attrs(1e-5), canonicalize=_canonical_axis("layernorm_safe"))
 RMSNORM_SAFE = define("rmsnorm_safe", infer=_norm_infer("rmsnorm_safe", ("weight",)),
+                      vjp=_norm_vjp(False), jvp=_norm_jvp(False), lower="rows",
                       impl=_rmsnorm_impl, cost=_norm_cost(4), spec="GRAPH-RMSNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                       attrs=_norm_attrs(1e-6), canonicalize=_canonical_axis("rmsnorm_safe"))
 
@@ -289,8 +366,47 @@ def _check_block(value) -> int:
     return value
 
 
+def _attention_probs(o, attrs, q, k):
+    """``(P, scale)``: the attention probabilities ``softmax(mask(scale ⊗ q·kᵀ))`` recomputed
+    with ops (matmul, mul, where, softmax) and the scale as a ``[1]`` tensor of q's policy."""
+    policy = q.type.policy
+    scale = (constant([attrs["scale"]], policy) if "scale" in attrs
+             else o.rsqrt(constant([float(q.shape[-1])], policy)))
+    s = o.mul(o.matmul(q, k, transpose_b=True), scale)
+    if attrs["causal"]:
+        sq, sk = q.shape[-2], k.shape[-2]
+        allowed = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+        s = o.where(allowed, s, constant(-np.inf, policy))
+    return o.softmax(s, axis=-1), scale
+
+
+def _attention_vjp(attrs, primals, results, cts):
+    """AD-FLASHATTENTION-1: the adjoint of the attention function ``softmax(mask(scale·q·kᵀ))·v``
+    (the blocked online softmax is one rounding of that function): with ``P`` recomputed,
+    ``v̄ = Pᵀ·ḡ``, ``P̄ = ḡ·vᵀ``, ``S̄ = scale ⊗ P ⊗ (P̄ ⊖ Σ P̄ ⊗ P)``, ``q̄ = S̄·k``, ``k̄ = S̄ᵀ·q``,
+    each summed over broadcast batch axes. Masked scores have ``P = 0`` and get no gradient."""
+    o, (q, k, v), g = op(attrs), primals, cts[0]
+    p, scale = _attention_probs(o, attrs, q, k)
+    dv = o.matmul(p, g, transpose_a=True)
+    ds = o.mul(_softmax_transpose(o, p, o.matmul(g, v, transpose_b=True), -1), scale)
+    dq, dk = o.matmul(ds, k), o.matmul(ds, q, transpose_a=True)
+    return tuple(unbroadcast(bar, x.shape, attrs) for bar, x in zip((dq, dk, dv), primals))
+
+
+def _attention_jvp(attrs, primals, tangents, results):
+    """``ẏ = Ṗ·v + P·v̇`` with ``Ṗ = P ⊗ (Ṡ ⊖ Σ Ṡ ⊗ P)``, ``Ṡ = scale ⊗ (q̇·kᵀ + q·k̇ᵀ)``."""
+    if all(t is None for t in tangents):
+        return (None,)
+    o, (q, k, v) = op(attrs), primals
+    p, scale = _attention_probs(o, attrs, q, k)
+    dq, dk, dv = (materialize(t, x) for t, x in zip(tangents, primals))
+    ds = o.mul(o.add(o.matmul(dq, k, transpose_b=True), o.matmul(q, dk, transpose_b=True)), scale)
+    return (o.add(o.matmul(_softmax_transpose(o, p, ds, -1), v), o.matmul(p, dv)),)
+
+
 FLASH_ATTENTION = define(
     "flash_attention", infer=_attention_infer, impl=_attention_impl, cost=_attention_cost,
+    vjp=_attention_vjp, jvp=_attention_jvp, lower="attention",
     spec="GRAPH-FLASHATTENTION-1", shard=batch_rule(2),
     attrs={"causal": Attr(False, check_bool, "mask key t from query i unless t <= i + (Sk - Sq)"),
            "scale": Attr(None, _check_float(nonnegative=False),
@@ -417,8 +533,49 @@ def _conv_cost(call):
     return Cost(2 * numel(out) * c * kh * kw, sum(nbytes(t) for t in call.in_types) + nbytes(out))
 
 
+def _conv_transposes(attrs, x, w, g):
+    """``(x̄, w̄)`` of an NCHW convolution, each itself a ``conv2d``:
+
+    - ``w̄``: ``x`` with N and C swapped convolved with ``ḡ`` (N and O swapped) as the kernel,
+      stride and dilation exchanged, the same padding; cropped to ``KH×KW``, O and C swapped.
+    - ``x̄``: ``ḡ`` zero-dilated by the stride, fully convolved (padding ``d·(K−1)``, plus the
+      rows/columns of the padded input the strided windows never reach) with the flipped
+      kernel (C and O swapped), then cropped to the unpadded input."""
+    o = op(attrs)
+    (sh, sw), (dh, dw), (pt, pb, pl, pr) = attrs["stride"], attrs["dilation"], attrs["padding"]
+    (n, c, h, wd), (kh, kw) = x.shape, w.shape[2:]
+    swap = (1, 0, 2, 3)
+    wbar = o.conv2d(o.transpose(x, swap), o.transpose(g, swap), stride=(dh, dw), dilation=(sh, sw),
+                    padding=(pt, pb, pl, pr))
+    wbar = o.transpose(o.slice(wbar, [0, 0, 0, 0], [c, w.shape[0], kh, kw]), swap)
+    gd = dilate_axis(dilate_axis(g, 2, sh), 3, sw)
+    flipped = o.transpose(o.slice(w, [None] * 4, [None] * 4, [None, None, -1, -1]), swap)
+    extra_h = (h + pt + pb) - (gd.shape[2] + dh * (kh - 1))
+    extra_w = (wd + pl + pr) - (gd.shape[3] + dw * (kw - 1))
+    full = o.conv2d(gd, flipped, dilation=(dh, dw), padding=(dh * (kh - 1), dh * (kh - 1) + extra_h,
+                                                              dw * (kw - 1), dw * (kw - 1) + extra_w))
+    return o.slice(full, [0, 0, pt, pl], [n, c, pt + h, pl + wd]), wbar
+
+
+def _conv_vjp(attrs, primals, results, cts):
+    """AD-CONV2D-1: :func:`_conv_transposes`; NHWC operands are transposed to NCHW and back."""
+    o, (x, w), g = op(), primals, cts[0]
+    if attrs["layout"] == "NHWC":
+        x, g = o.transpose(x, (0, 3, 1, 2)), o.transpose(g, (0, 3, 1, 2))
+    xbar, wbar = _conv_transposes({**attrs, "layout": "NCHW"}, x, w, g)
+    return (o.transpose(xbar, (0, 2, 3, 1)) if attrs["layout"] == "NHWC" else xbar), wbar
+
+
+def _conv_jvp(attrs, primals, tangents, results):
+    """``conv(ẋ, w) + conv(x, ẇ)`` (bilinear)."""
+    (x, w), (dx, dw) = primals, tangents
+    return sum_terms([None if dx is None else bind(CONV2D, dx, w, **attrs),
+                      None if dw is None else bind(CONV2D, x, dw, **attrs)], attrs)
+
+
 CONV2D = define(
     "conv2d", infer=_conv_infer, impl=_conv_impl, cost=_conv_cost, spec="GRAPH-CONV2D-1", shard=replicated_rule,
+    vjp=_conv_vjp, jvp=_conv_jvp,
     canonicalize=_conv_canonicalize,
     attrs={"stride": Attr(1, _check_pair, "a positive int or (stride_h, stride_w)"),
            "padding": Attr(0, _check_padding, "an int, (pad_h, pad_w), (top, bottom, left, right), "

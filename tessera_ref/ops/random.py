@@ -23,6 +23,7 @@ from ..ir import TensorType
 from ..ir.types import INDEX, ScalarType
 from ..numerics import accum_op, cast, rng
 from ..numerics.arith import round_f64_into
+from .adjoint import linear_jvp
 from .bind import bind
 from .sharding import replicated_rule
 from .primitive import NOT_DIFFERENTIABLE, Attr, Cost, define
@@ -204,8 +205,15 @@ def _dropout_impl(call, x):
     return _into_storage(call, np.where(keep, kept, kept.dtype.type(0.0)))
 
 
+def _dropout_vjp(attrs, primals, results, cts):
+    """AD-DROPOUT-1: dropout is linear in ``x`` for a fixed key — keep mask and scale depend only
+    on ``(seed, stream)`` and the element index — so its transpose is the same op with the same
+    attributes on the cotangent: the backward pass replays the forward key and its mask."""
+    return (bind(DROPOUT, cts[0], **attrs),)
+
+
 DROPOUT = define("dropout", infer=_dropout_infer, impl=_dropout_impl, cost=elementwise_cost,
-                 spec="GRAPH-DROPOUT-1", shard=replicated_rule,
+                 spec="GRAPH-DROPOUT-1", shard=replicated_rule, vjp=_dropout_vjp, jvp=linear_jvp("dropout"),
                  attrs={"rate": Attr(check=_check_float_in("rate", 0.0, 1.0, False),
                                      doc="the probability of dropping an element, in [0, 1)"),
                         **_KEY_ATTRS})

@@ -18,6 +18,7 @@ both and −0 < +0 (NUM-RED-2), compared in ``accum``.
 from __future__ import annotations
 
 import builtins
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -28,9 +29,10 @@ from ..ir.types import INDEX
 from ..numerics import ExactAccumulator, argmax_canonical, argmin_canonical, encode, exact_sum
 from ..numerics.arith import source_format
 from ..numerics.convert import check_modes, rounding_bits
+from .adjoint import constant, op
 from .bind import bind
 from .exact import reduce_axes
-from .primitive import Attr, Cost, define
+from .primitive import NOT_DIFFERENTIABLE, Attr, Cost, define
 from .sharding import ShardPlan
 from .typecheck import (SEED_ATTR, check_bool, check_int_tuple, nbytes, normalize_axes, numel,
                         require_float, require_seed, to_storage)
@@ -166,9 +168,64 @@ def _reduce_shard(name: str):
     return rule
 
 
+def _count(x, axes: tuple) -> int:
+    """The number of elements one reduction over ``axes`` combines."""
+    return math.prod(x.shape[a] for a in axes)
+
+
+def _spread(g, x, axes: tuple, keepdims: bool):
+    """A reduction's cotangent ``g`` broadcast back over the reduced ``axes`` of ``x``."""
+    kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    return op().broadcast_to(g if keepdims else op().reshape(g, kept), x.shape)
+
+
+def _extreme_mask(x, axes: tuple, name: str):
+    """An ``i1`` mask of ``x``'s shape, true at the element a ``max``/``min`` over ``axes``
+    takes its gradient from: the first extreme in the row-major order of the reduced axes —
+    the element ``argmax``/``argmin`` of those axes flattened names (NaN first, −0 < +0)."""
+    o = op()
+    rest = tuple(i for i in range(x.ndim) if i not in axes)
+    moved, length = o.transpose(x, rest + axes), _count(x, axes)
+    flat = o.reshape(moved, tuple(x.shape[i] for i in rest) + (length,))
+    pick = (o.argmax if name == "max" else o.argmin)(flat, axis=-1, keepdims=True)
+    hot = o.equal(pick, np.arange(length, dtype=np.int64))
+    back = o.reshape(hot, moved.shape)
+    return o.transpose(back, tuple(int(i) for i in np.argsort(rest + axes)))
+
+
+def _reduce_vjp(name: str):
+    """AD-SUM-1 … AD-MIN-1: ``sum`` spreads the cotangent over the reduced axes; ``mean``
+    spreads it divided by the count ``L`` (``L`` in the policy's storage); ``max``/``min`` send
+    it whole to one element, the one of :func:`_extreme_mask`, and +0 to the others."""
+    def vjp(attrs, primals, results, cts):
+        x, axes, keep = primals[0], attrs["axis"], attrs["keepdims"]
+        g = _spread(cts[0], x, axes, keep)
+        if name == "mean":
+            g = op(attrs).div(g, constant(_count(x, axes), x.type.policy))
+        elif name in ("max", "min"):
+            g = op().where(_extreme_mask(x, axes, name), g, constant(0.0, x.type.policy))
+        return (g,)
+    return vjp
+
+
+def _reduce_jvp(name: str):
+    """The tangent reduced like the operand; ``max``/``min``: the tangent of the chosen element."""
+    def jvp(attrs, primals, tangents, results):
+        t = tangents[0]
+        if t is None:
+            return (None,)
+        x, axes, keep = primals[0], attrs["axis"], attrs["keepdims"]
+        if name in ("max", "min"):
+            picked = op().where(_extreme_mask(x, axes, name), t, constant(0.0, x.type.policy))
+            return (op(attrs).sum(picked, axis=axes, keepdims=keep),)
+        return (getattr(op(attrs), name)(t, axis=axes, keepdims=keep),)
+    return jvp
+
+
 def _define_reduce(name: str):
     return define(name, infer=_reduce_infer(name), impl=_reduce_impl(name), cost=_cost, shard=_reduce_shard(name),
                   spec=f"GRAPH-{name.upper()}-1", canonicalize=_canonical_axes(name, False),
+                  vjp=_reduce_vjp(name), jvp=_reduce_jvp(name), lower="rows",
                   attrs={"axis": Attr(None, check_int_tuple, _AXIS_DOC), **_KEEPDIMS, **SEED_ATTR})
 
 
@@ -237,6 +294,7 @@ def _check_axis(value):
 def _define_arg(name: str):
     return define(name, infer=_arg_infer(name), impl=_arg_impl(name), cost=_cost, shard=_reduce_shard(name),
                   spec=f"GRAPH-{name.upper()}-1", canonicalize=_canonical_axes(name, True),
+                  vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE,
                   attrs={"axis": Attr(None, _check_axis, "one int axis, or None for the row-major "
                                                          "flattened tensor"), **_KEEPDIMS})
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import LayoutError, OpError, ShapeError
 from ..ir import TensorType
 from ..ir.types import SYMBOL_RE
+from .adjoint import dilate_axis, linear_jvp, pad_axis, unbroadcast, zeros_like
 from .bind import bind
 from .sharding import ShardPlan, replicated_rule
 from .primitive import Attr, Cost, define
@@ -152,8 +153,14 @@ def _reshape_shard(attrs, x):
     return ShardPlan((operand,), (lay.replace(dims=tuple(dims)),), local_attrs=local_attrs)
 
 
+def _reshape_vjp(attrs, primals, results, cts):
+    """AD-RESHAPE-1: the cotangent reshaped back to the operand's shape."""
+    return (reshape(cts[0], primals[0].shape),)
+
+
 RESHAPE = define("reshape", infer=_reshape_infer, impl=_reshape_impl, cost=lambda call: Cost(0, 0),
                  spec="GRAPH-RESHAPE-1", shard=_reshape_shard, canonicalize=_reshape_canonicalize,
+                 vjp=_reshape_vjp, jvp=linear_jvp("reshape"),
                  attrs={"shape": Attr(check=_dims, doc="the new shape: ints, symbol names, at most one -1")})
 
 
@@ -186,9 +193,16 @@ def _transpose_shard(attrs, x):
     return ShardPlan((lay,), (lay.replace(dims=tuple(lay.dims[p] for p in attrs["perm"])),))
 
 
+def _transpose_vjp(attrs, primals, results, cts):
+    """AD-TRANSPOSE-1: the cotangent transposed by the inverse permutation."""
+    perm = attrs["perm"]
+    return (transpose(cts[0], tuple(perm.index(i) for i in range(len(perm)))),)
+
+
 TRANSPOSE = define("transpose", infer=lambda attrs, x: TensorType(tuple(x.shape[p] for p in attrs["perm"]), x.policy),
                    impl=lambda call, a: np.transpose(a, call.attrs["perm"]).copy(), cost=_moved,
                    spec="GRAPH-TRANSPOSE-1", shard=_transpose_shard, canonicalize=_transpose_canonicalize,
+                   vjp=_transpose_vjp, jvp=linear_jvp("transpose"),
                    attrs={"perm": Attr(None, check_int_tuple,
                                        "result axis i is operand axis perm[i]; default: all axes reversed")})
 
@@ -230,7 +244,13 @@ def _broadcast_to_impl(call, a):
     return np.broadcast_to(a, _concrete(call.out_types[0].shape, _sizes(call.in_types, (a,)))).copy()
 
 
+def _broadcast_to_vjp(attrs, primals, results, cts):
+    """AD-BROADCASTTO-1: the cotangent summed over the broadcast axes (one ``sum``, NUM-RED-2)."""
+    return (unbroadcast(cts[0], primals[0].shape),)
+
+
 BROADCAST_TO = define("broadcast_to", infer=_broadcast_to_infer, impl=_broadcast_to_impl, cost=_moved,
+                      vjp=_broadcast_to_vjp, jvp=linear_jvp("broadcast_to"),
                       spec="GRAPH-BROADCASTTO-1", shard=replicated_rule,
                       attrs={"shape": Attr(check=_dims, doc="the target shape (ints and symbol names)")})
 
@@ -292,6 +312,25 @@ def _slice_impl(call, a):
     return np.array(a[index])  # a copy, and a 0-d array (not a NumPy scalar) for rank 0
 
 
+def _slice_vjp(attrs, primals, results, cts):
+    """AD-SLICE-1: the cotangent scattered into zeros of the operand's shape, axis by axis: a
+    negative step reversed (a ``slice`` with step −1), a step ``s > 1`` zero-dilated, then
+    zero-padded before and after (``concat``). Exact: every element is a copy or +0."""
+    x, g = primals[0], cts[0]
+    if 0 in g.shape:
+        return (zeros_like(x),)
+    for axis, (d, start, stop, step) in enumerate(zip(x.shape, attrs["starts"], attrs["stops"], attrs["steps"])):
+        if isinstance(d, str):
+            continue  # a symbolic axis is always taken whole
+        r = range(start, stop, step)
+        if step < 0:
+            g = slice(g, [None] * (axis + 1), [None] * (axis + 1), [None] * axis + [-1])
+            r = r[::-1]
+        g = dilate_axis(g, axis, r.step)
+        g = pad_axis(g, axis, r[0], d - 1 - r[-1])
+    return (g,)
+
+
 def _slice_shard(attrs, x):
     """MESH-SHARD-8: a dimension the slice takes whole keeps its split (each device takes its
     whole block); a dimension it cuts is gathered first. A pending reduction stays pending
@@ -309,6 +348,7 @@ def _slice_shard(attrs, x):
 
 
 SLICE = define("slice", infer=_slice_infer, impl=_slice_impl, spec="GRAPH-SLICE-1", shard=_slice_shard,
+               vjp=_slice_vjp, jvp=linear_jvp("slice"),
                cost=lambda call: Cost(0, 2 * nbytes(call.out_types[0])), canonicalize=_slice_canonicalize,
                attrs={"starts": Attr(check=check_int_tuple, doc="first index per axis"),
                       "stops": Attr(check=_dims, doc="range stop per axis (the symbol for a whole symbolic axis)"),
@@ -428,8 +468,15 @@ def _concat_infer(attrs, *xs):
     return TensorType(tuple(shape), element)
 
 
+def _concat_vjp(attrs, primals, results, cts):
+    """AD-CONCAT-1: the cotangent split into the operands' extents along the axis."""
+    axis = attrs["axis"]
+    return tuple(split(cts[0], [x.shape[axis] for x in primals], axis=axis))
+
+
 CONCAT = define("concat", infer=_concat_infer, impl=lambda call, *arrays: np.concatenate(arrays, call.attrs["axis"]),
                 cost=_moved, spec="GRAPH-CONCAT-1", shard=replicated_rule, canonicalize=_concat_canonicalize,
+                vjp=_concat_vjp, jvp=linear_jvp("concat"),
                 attrs={"axis": Attr(0, check_int, "the axis to join along")})
 
 
@@ -453,7 +500,13 @@ def _split_impl(call, a):
     return tuple(p.copy() for p in parts)
 
 
+def _split_vjp(attrs, primals, results, cts):
+    """AD-SPLIT-1: the parts' cotangents concatenated along the axis."""
+    return (concat(list(cts), axis=attrs["axis"]),)
+
+
 SPLIT = define("split", infer=_split_infer, impl=_split_impl, cost=_moved, spec="GRAPH-SPLIT-1", shard=replicated_rule,
+               vjp=_split_vjp, jvp=linear_jvp("split"),
                canonicalize=lambda attrs, x: {"axis": normalize_axis("split", attrs["axis"], x)},
                attrs={"sizes": Attr(check=check_int_tuple, doc="the size of each part along the axis"),
                       "axis": Attr(0, check_int, "the axis to split")})
@@ -522,7 +575,21 @@ def _split_qkv_shard(attrs, x):
     return ShardPlan((operand,), (result,) * 3, local_attrs=local_attrs if keep_last else None)
 
 
+def _split_qkv_vjp(attrs, primals, results, cts):
+    """AD-SPLITQKV-1: the inverse layout — each of q̄, k̄, v̄ ``[..., H, S, D]`` reshaped to
+    ``[..., G, 1, H/G, S, D]``, the three concatenated on the size-1 axis, moved to
+    ``[..., S, G, 3, H/G, D]`` and reshaped to ``[..., S, 3E]``."""
+    x, (heads, groups) = primals[0], (attrs["heads"], attrs["groups"])
+    q = cts[0]
+    batch, (s, d) = q.shape[:-3], q.shape[-2:]
+    parts = [reshape(c, batch + (groups, 1, heads // groups, s, d)) for c in cts]
+    n = len(batch)
+    stacked = transpose(concat(parts, axis=n + 1), tuple(range(n)) + (n + 3, n, n + 1, n + 2, n + 4))
+    return (reshape(stacked, x.shape),)
+
+
 SPLIT_QKV = define("split_qkv", infer=_split_qkv_infer, impl=_split_qkv_impl, cost=_moved,
+                   vjp=_split_qkv_vjp, jvp=linear_jvp("split_qkv"),
                    spec="GRAPH-SPLITQKV-1", shard=_split_qkv_shard,
                    attrs={"heads": Attr(check=check_int, doc="the number of heads"),
                           "groups": Attr(1, check_int, doc="the last axis is [groups, 3, heads/groups, D]")})

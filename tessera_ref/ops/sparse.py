@@ -17,6 +17,7 @@ from ..ir import TensorType
 from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_sum
+from .adjoint import op, seed_of, sum_terms
 from .bind import bind
 from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
@@ -120,7 +121,41 @@ def _spmm_cost(call) -> Cost:
     return Cost(2 * nnz * n, moved)
 
 
+def _one_hots(attrs, indptr, indices, policy):
+    """``(R, Cm)``: ``R [nnz, m]`` is 1 at (p, row of entry p), ``Cm [nnz, k]`` 1 at
+    (p, indices[p]); 0/1 in ``policy``, built with comparisons, so they trace."""
+    o, (m, k), nnz = op(attrs), attrs["shape"], indices.shape[0]
+    pos = np.arange(nnz, dtype=np.int64)[:, None]
+    lo = o.reshape(o.slice(indptr, [0], [m]), (1, m))
+    hi = o.reshape(o.slice(indptr, [1], [m + 1]), (1, m))
+    rows = o.logical_and(o.less_equal(lo, pos), o.less(pos, hi))
+    cols = o.equal(o.reshape(indices, (nnz, 1)), np.arange(k, dtype=np.int64)[None, :])
+    return o.cast(rows, policy, **seed_of(attrs)), o.cast(cols, policy, **seed_of(attrs))
+
+
+def _spmm_vjp(attrs, primals, results, cts):
+    """AD-SPMM-1: ``data̅[p] = Σ_j ḡ[row(p), j]·dense[indices[p], j]`` and
+    ``dense̅ = Aᵀ·ḡ`` (duplicates summed in stored order), by one-hot matmuls: ``Ḡ_p = R·ḡ``
+    and ``D_p = Cm·dense`` gather rows exactly (one nonzero term per dot; an inf or NaN in a
+    gathered matrix makes its 0 products NaN), ``data̅ = Σ_j Ḡ_p ⊗ D_p``,
+    ``dense̅ = Cmᵀ·(data ⊗ Ḡ_p)``. indptr and indices get none."""
+    o, (indptr, indices, data, dense), g = op(attrs), primals, cts[0]
+    rows, cols = _one_hots(attrs, indptr, indices, data.type.policy)
+    g_rows = o.matmul(rows, g)
+    data_bar = o.sum(o.mul(g_rows, o.matmul(cols, dense)), axis=1)
+    dense_bar = o.matmul(cols, o.mul(o.reshape(data, (data.shape[0], 1)), g_rows), transpose_a=True)
+    return None, None, data_bar, dense_bar
+
+
+def _spmm_jvp(attrs, primals, tangents, results):
+    """``spmm(Ȧ, dense) + spmm(A, ḋense)`` (bilinear in data and dense)."""
+    (indptr, indices, data, dense), (d_data, d_dense) = primals, tangents[2:]
+    return sum_terms([None if d_data is None else bind(SPMM, indptr, indices, d_data, dense, **attrs),
+                      None if d_dense is None else bind(SPMM, indptr, indices, data, d_dense, **attrs)], attrs)
+
+
 SPMM = define("spmm", infer=_spmm_infer, impl=_spmm_impl, cost=_spmm_cost, spec="GRAPH-SPMM-1", shard=replicated_rule,
+              vjp=_spmm_vjp, jvp=_spmm_jvp,
               attrs={"shape": Attr(doc="(m, k), the CSR matrix's shape", check=_check_shape), **SEED_ATTR})
 
 

@@ -1,0 +1,47 @@
+"""Forward mode on Graph IR: the tangent pass of recorded ops (AD-FWD-1).
+
+:func:`tangents` visits the recorded ops in program order and calls each active op's ``jvp``
+rule on tracers; the tangent ops are appended to the same trace after the forward ops. A
+tangent may be ``None`` (zero): rules handle it, and an op whose operands all have zero
+tangents is not visited. ``NOT_DIFFERENTIABLE`` gives its results no tangent; an empty slot
+is an :class:`~tessera_ref.errors.AutodiffError` naming the op and its line.
+"""
+from __future__ import annotations
+
+from ..errors import running_op_at
+from ..ops import NOT_DIFFERENTIABLE, primitive_of
+from ..ops.values import Tracer
+from .reverse import _missing_rule, differentiable
+
+__all__ = ["tangents"]
+
+
+def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
+    """Append the tangent pass of ``ops`` to ``trace`` for ``input_tangents`` of ``inputs``;
+    returns the tangent of each value in ``outputs`` (``None``: zero)."""
+    tan = {id(v): t for v, t in zip(inputs, input_tangents) if t is not None}
+    for op in ops:
+        given = tuple(tan.get(id(v)) for v in op.operands)
+        if all(t is None for t in given):
+            continue
+        prim = primitive_of(op)
+        rule = prim.jvp if prim is not None else None
+        if rule is NOT_DIFFERENTIABLE:
+            continue
+        if rule is None:
+            raise _missing_rule(op, "jvp")
+        primals = tuple(Tracer(v, trace) for v in op.operands)
+        results = tuple(Tracer(r, trace) for r in op.results)
+        with running_op_at(op.location):
+            out = rule(dict(op.attributes), primals, given, results)
+        if len(out) != len(results):
+            raise AssertionError(f"the jvp rule of {op.name} returned {len(out)} tangents for {len(results)} "
+                                 "results (a rule bug)")
+        for r, t in zip(op.results, out):
+            if t is None or not differentiable(r.type):
+                continue
+            if t.type.with_layout(None) != r.type.with_layout(None):
+                raise AssertionError(f"the jvp rule of {op.name} returned a tangent of type {t.type} for a result "
+                                     f"of type {r.type} (a rule bug)")
+            tan[id(r)] = t
+    return [tan.get(id(v)) for v in outputs]

@@ -1,0 +1,120 @@
+"""Reverse mode on Graph IR: the backward pass of recorded ops (AD-REV-1 … AD-REV-3).
+
+Given the ops a function recorded into a trace, the values it was differentiated with
+respect to (*inputs*) and a cotangent for each output, :func:`backward` appends the backward
+pass to the same trace: it visits the recorded ops in reverse program order and calls each
+op's ``vjp`` rule on tracers, so every derivative is itself a Graph IR op (and
+differentiable again). Cotangents reaching one value from several uses are added in the
+order the uses are visited (reverse program order) — a fixed order, so gradients are
+bit-identical on every run (AD-DET-1).
+
+An op is *active* when an operand depends on an input through differentiable values (float
+and complex tensors); only active ops whose results received a cotangent are visited. A
+visited op whose rule slot is ``NOT_DIFFERENTIABLE`` passes no cotangent to its operands;
+an empty slot is an :class:`~tessera_ref.errors.AutodiffError` naming the op and its line.
+Each rule runs "at" its forward op's source line, so the backward ops, their errors and their
+records on the simulated machine name the line whose derivative they are.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import AutodiffError, EffectError, running_op_at
+from ..ir import has_side_effects
+from ..ir.types import COMPLEX64
+from ..ops import NOT_DIFFERENTIABLE, primitive_of
+from ..ops.adjoint import zeros
+from ..ops.typecheck import is_float
+from ..ops.values import Tracer, asarray
+
+__all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects"]
+
+
+def differentiable(t) -> bool:
+    """Values that carry derivatives: tensors of a float format, and complex<f32>."""
+    return t.policy is COMPLEX64 or is_float(t)
+
+
+def zeros_of(t):
+    """+0 of type ``t`` (shape and policy; whole on every device)."""
+    if t.policy is COMPLEX64:
+        from .. import op
+        return op.broadcast_to(asarray(np.zeros((), np.complex64)), tuple(t.shape))
+    return zeros(t.shape, t.policy)
+
+
+def accumulate(a, b, seed=None):
+    """``a + b`` of two cotangents of one value (complex ones part by part)."""
+    from .. import op
+    if a.type.policy is COMPLEX64:
+        return op.complex(op.add(op.real(a), op.real(b)), op.add(op.imag(a), op.imag(b)))
+    return op.add(a, b, seed=seed) if getattr(a.type.policy, "rounding", None) == "stochastic" else op.add(a, b)
+
+
+def check_effects(ops, transform: str) -> None:
+    """An :class:`EffectError` for a recorded op with side effects (AD-EFFECT-1)."""
+    for op in ops:
+        if has_side_effects(op):
+            raise EffectError(f"{op.name} has side effects (state or I/O) and is inside code differentiated by "
+                              f"{transform}", fix="move the effect out of the differentiated function",
+                              location=op.location)
+
+
+def active_values(ops, inputs) -> set:
+    """The ids of values that depend on ``inputs`` through differentiable values and ops."""
+    active = {id(v) for v in inputs}
+    for op in ops:
+        prim = primitive_of(op)
+        if prim is None or prim.vjp is NOT_DIFFERENTIABLE and prim.jvp is NOT_DIFFERENTIABLE:
+            continue
+        if any(id(v) in active for v in op.operands):
+            active.update(id(r) for r in op.results if differentiable(r.type))
+    return active
+
+
+def _missing_rule(op, slot: str) -> AutodiffError:
+    return AutodiffError(f"{op.name} has no {slot} rule yet, and the differentiated function uses it on a value "
+                         "that depends on the differentiated inputs",
+                         fix="differentiate around it (tessera_ref.ops.missing_rules() lists the gaps)",
+                         location=op.location)
+
+
+def _check_cotangent(op, index: int, ct, primal) -> None:
+    want, got = primal.type.with_layout(None), ct.type.with_layout(None)
+    if want != got:
+        raise AssertionError(f"the vjp rule of {op.name} returned a cotangent of type {got} for operand {index} "
+                             f"of type {want} (a rule bug)")
+
+
+def backward(trace, ops, inputs, outputs) -> list:
+    """Append the backward pass of ``ops`` to ``trace``: ``outputs`` is a list of
+    ``(value, cotangent)`` pairs; returns the cotangent of each input (``None``: zero)."""
+    active = active_values(ops, inputs)
+    cts: dict = {}
+    for value, ct in outputs:
+        if ct is not None and id(value) in active:
+            cts[id(value)] = ct if id(value) not in cts else accumulate(cts[id(value)], ct)
+    for op in reversed(ops):
+        if not any(id(r) in cts for r in op.results) or not any(id(v) in active for v in op.operands):
+            continue
+        prim = primitive_of(op)
+        rule = prim.vjp if prim is not None else None
+        if rule is NOT_DIFFERENTIABLE:
+            continue
+        if rule is None:
+            raise _missing_rule(op, "vjp")
+        primals = tuple(Tracer(v, trace) for v in op.operands)
+        results = tuple(Tracer(r, trace) for r in op.results)
+        with running_op_at(op.location):
+            given = tuple(cts.pop(id(r), None) for r in op.results)
+            given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(results, given))
+            out = rule(dict(op.attributes), primals, results, given)
+            if len(out) != len(primals):
+                raise AssertionError(f"the vjp rule of {op.name} returned {len(out)} cotangents for "
+                                     f"{len(primals)} operands (a rule bug)")
+            for i, (v, p, ct) in enumerate(zip(op.operands, primals, out)):
+                if ct is None or id(v) not in active:
+                    continue
+                _check_cotangent(op, i, ct, p)
+                cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, op.attributes.get("seed"))
+    return [cts.get(id(v)) for v in inputs]

@@ -1,0 +1,90 @@
+"""Performance counters of the tile interpreter (TILE-COUNT-*), by hardware.md's rules.
+
+- Shared memory: 32 banks of 4-byte words. A warp's request is split into phases of 32
+  lanes for accesses of at most 4 bytes, 16 for 8-byte and 8 for 16-byte ones; the request
+  takes, per phase, as many wavefronts as the largest number of *distinct* words mapped to
+  one bank (:func:`wavefronts`). The ideal is ``ceil(distinct words / 32)`` per phase.
+- Global memory: 32-byte sectors; each warp's request touches the distinct sectors its lanes'
+  bytes fall in (:func:`sectors`). With no cache model, every touched sector is HBM traffic.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+__all__ = ["Counters", "wavefronts", "sectors", "lanes_per_phase"]
+
+
+@dataclass
+class Counters:
+    """What one kernel run did (sums over all tiles)."""
+
+    tiles: int = 0
+    barriers: int = 0
+    flops: int = 0
+    global_requests: int = 0
+    global_sectors: int = 0
+    global_requested_bytes: int = 0
+    hbm_read_bytes: int = 0
+    hbm_write_bytes: int = 0
+    smem_requests: int = 0
+    smem_wavefronts: int = 0
+    smem_ideal_wavefronts: int = 0
+    smem_read_bytes: int = 0
+    smem_write_bytes: int = 0
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def smem_conflict_wavefronts(self) -> int:
+        """Wavefronts beyond the ideal: the cost of bank conflicts."""
+        return self.smem_wavefronts - self.smem_ideal_wavefronts
+
+    @property
+    def sector_efficiency(self) -> float:
+        """Requested bytes / (32 × sectors touched), 1.0 for perfectly coalesced access."""
+        return self.global_requested_bytes / (32 * self.global_sectors) if self.global_sectors else 1.0
+
+    def as_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(hbm_bytes=self.hbm_bytes, smem_conflict_wavefronts=self.smem_conflict_wavefronts)
+        return out
+
+
+def lanes_per_phase(access_bytes: int) -> int:
+    """Lanes served per shared-memory phase (128 bytes per cycle)."""
+    return 32 if access_bytes <= 4 else 128 // access_bytes
+
+
+def wavefronts(byte_addr: np.ndarray, request: np.ndarray, access_bytes: int) -> tuple:
+    """``(requests, wavefronts, ideal)`` of shared accesses: lane ``j`` of request
+    ``request[j]`` (its position in the request is its lane slot, ``j`` in order) accesses
+    ``access_bytes`` bytes at ``byte_addr[j]``. ``request`` is ascending."""
+    if byte_addr.size == 0:
+        return 0, 0, 0
+    per = lanes_per_phase(access_bytes)
+    slot = np.arange(byte_addr.size) - np.searchsorted(request, request)  # lane slot in its request
+    phase = request * 64 + slot // per
+    nwords = max(1, access_bytes // 4)
+    words = (byte_addr // 4)[:, None] + np.arange(nwords)[None, :]
+    key = np.unique((np.repeat(phase, nwords) << 32) | words.reshape(-1))
+    ph, word = key >> 32, key & 0xFFFFFFFF
+    bank_key, per_bank = np.unique((ph << 5) | (word & 31), return_counts=True)
+    bank_phase = bank_key >> 5
+    starts = np.flatnonzero(np.r_[True, bank_phase[1:] != bank_phase[:-1]])
+    worst = np.maximum.reduceat(per_bank, starts)
+    phases, distinct = np.unique(ph, return_counts=True)
+    return int(np.unique(request).size), int(worst.sum()), int((-(-distinct // 32)).sum())
+
+
+def sectors(byte_addr: np.ndarray, request: np.ndarray, access_bytes: int) -> tuple:
+    """``(requests, sectors)`` of global accesses of ``access_bytes`` at ``byte_addr`` grouped
+    into ``request`` ids."""
+    if byte_addr.size == 0:
+        return 0, 0
+    first, last = byte_addr // 32, (byte_addr + access_bytes - 1) // 32
+    keys = np.concatenate([(request << 40) | first, (request << 40) | last])
+    return int(np.unique(request).size), int(np.unique(keys).size)

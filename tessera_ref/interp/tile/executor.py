@@ -1,0 +1,774 @@
+"""The tile interpreter: runs a Tile IR kernel over a grid, one tile at a time (TILE-EXEC-*).
+
+Within a tile every op runs once for all lanes at once: a lane value is a NumPy array of
+one entry per lane, or a NumPy scalar when it is uniform (the same for every lane). The
+*mask* says which lanes are active; a lane-varying ``if`` runs both regions, each under its
+part of the mask, and merges the results per lane. Loops need uniform bounds. Barriers split
+the tile's execution into phases, which the checkers (:mod:`.checkers`) use; the counters
+(:mod:`.counters`) follow hardware.md's bank and sector rules.
+
+Tile-collective ops (``cp_async``, ``frag_load``, ``frag_store``, ``mma``) are issued by the
+whole tile: ``cp_async`` copies 16-byte chunks, chunk ``j`` by lane ``j mod lanes``;
+``frag_load``/``frag_store`` move elements in row-major order, element ``j`` by lane
+``j mod lanes``; ``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and
+``b`` a row at a time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose
+bank conflicts padding and swizzling remove.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import KernelError
+from ...ir import Module, Operation
+from ...ir import tile as T
+from ...ir.types import ScalarType, TensorType
+from ...numerics import get_format
+from ...numerics.arith import canonical_nan
+from ...numerics.reduce import dot_canonical, reduce_canonical
+from ...ops.exact import math_in_accum
+from ...sim.roofline import roofline
+from . import checkers as C
+from .counters import Counters, sectors, wavefronts
+from .memory import ALL_LANES, Global, Shared, View
+from .report import TileReport
+
+__all__ = ["run"]
+
+_ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
+          "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+          "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "floordiv": np.floor_divide,
+          "mod": np.mod, "div": np.divide}
+_FLOAT_FLOPS = ("add", "sub", "mul", "div", "min", "max")
+_UNARY = {"neg": np.negative, "not": np.logical_not, "sqrt": np.sqrt, "abs": np.abs}
+_SUPPORTED = ("f64", "f32", "f16")
+
+
+def _dtype(t) -> np.dtype:
+    if isinstance(t, (ScalarType, TensorType)) and not (isinstance(t, TensorType) and t.element_kind):
+        if t.format.name not in _SUPPORTED:
+            raise KernelError(f"the tile interpreter runs f64, f32 and f16 values; {t} is not supported yet",
+                              fix="use f32 or f16 buffers in tile kernels")
+    if isinstance(t, TensorType):
+        return t.dtype
+    return t.format.dtype if isinstance(t, ScalarType) else np.dtype(np.int64)
+
+
+def _kernel_func(program, func):
+    if isinstance(program, Operation) and T.is_kernel(program):
+        return program
+    if isinstance(program, Module):
+        kernels = [op for op in program.body if T.is_kernel(op)]
+        if func is not None:
+            kernels = [op for op in kernels if op.attributes["sym_name"] == func]
+        if len(kernels) == 1:
+            return kernels[0]
+        raise KernelError(f"the module holds {len(kernels)} tile kernels matching {func!r}",
+                          fix="name the kernel with func=")
+    raise KernelError(f"run() takes a Tile IR module or kernel func, got {type(program).__name__}",
+                      fix="pass KernelBuilder.finish() or kernel.module")
+
+
+class _Abort(Exception):
+    """Raised to stop a run at the first finding (turned into the finding's error)."""
+
+
+class Run:
+    """One execution of a kernel over a grid (see :func:`run`)."""
+
+    def __init__(self, func, args, grid, lanes, checks, counters, on_error):
+        self.func = func
+        self.lanes = int(lanes)
+        self.grid = tuple(int(g) for g in ((grid,) if np.ndim(grid) == 0 else grid))
+        if not 1 <= len(self.grid) <= 3 or min(self.grid) < 1 or self.lanes < 1:
+            raise KernelError(f"a launch needs 1 to 3 positive grid sizes and lanes >= 1, got grid={grid}, "
+                              f"lanes={lanes}", fix="e.g. grid=(4, 4), lanes=128")
+        self.checks, self.count, self.on_error = checks, counters, on_error
+        self.counters = Counters()
+        self.findings: list = []
+        self._seen: dict = {}
+        self.lane_ids = np.arange(self.lanes, dtype=np.int64)
+        self.full = np.ones(self.lanes, dtype=bool)
+        self.env: dict = {}
+        self.dtype_hint = None
+        self.globals = self._bind(args)
+        self._cache: dict = {}
+
+    # -- arguments ----------------------------------------------------------------------
+    def _bind(self, args) -> dict:
+        attrs = self.func.attributes
+        names, mut = list(attrs["tile.params"]), set(attrs["tile.mut"])
+        params = self.func.regions[0].entry.args
+        if isinstance(args, dict):
+            missing = [n for n in names if n not in args]
+            if missing or len(args) != len(names):
+                raise KernelError(f"kernel @{attrs['sym_name']} takes {names}, got {sorted(args)}",
+                                  fix="pass one value per parameter")
+            args = [args[n] for n in names]
+        args = list(args)
+        if len(args) != len(names):
+            raise KernelError(f"kernel @{attrs['sym_name']} takes {len(names)} arguments {names}, got {len(args)}",
+                              fix="pass one value per parameter, in order")
+        sizes: dict = {}
+        out, base = {}, 0
+        for name, param, value in zip(names, params, args):
+            t = param.type
+            if isinstance(t, TensorType):
+                dtype = _dtype(t)
+                if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != t.rank:
+                    raise KernelError(f"argument {name!r} must be a rank-{t.rank} NumPy array of dtype {dtype} "
+                                      f"(for {t}), got {getattr(value, 'dtype', type(value).__name__)} "
+                                      f"of shape {getattr(value, 'shape', None)}",
+                                      fix=f"pass np.asarray(x, dtype=np.{dtype})")
+                for axis, (d, n) in enumerate(zip(t.shape, value.shape)):
+                    if isinstance(d, int) and d != n or isinstance(d, str) and sizes.setdefault(d, n) != n:
+                        raise KernelError(f"argument {name!r} has shape {value.shape} but {t} needs "
+                                          f"{d if isinstance(d, int) else f'{d}={sizes[d]}'} in axis {axis}",
+                                          fix="pass arrays whose sizes agree with the annotations")
+                if not value.flags.c_contiguous or name in mut and not value.flags.writeable:
+                    raise KernelError(f"argument {name!r} must be a C-contiguous"
+                                      f"{', writable' if name in mut else ''} array",
+                                      fix="pass np.ascontiguousarray(x) (and keep it to read the results)")
+                buf = Global(name, value, base, name in mut)
+                base += -(-value.nbytes // 256) * 256 + 256
+                self.env[param] = buf
+                out[name] = buf
+                self.dtype_hint = self.dtype_hint or t.format.name
+            else:
+                self.env[param] = _dtype(t).type(value)
+        return out
+
+    # -- findings -----------------------------------------------------------------------
+    def report(self, kind, what, op, lanes=(), index=(), fix=None) -> None:
+        lanes = tuple(int(x) for x in np.unique(np.atleast_1d(lanes)))[:64]
+        finding = C.Finding(kind, what, op.location, self.tile, lanes, tuple(index), 1, fix)
+        key = (kind, op.location, what.rsplit(": ", 1)[-1])
+        if key in self._seen:
+            self._seen[key].count += 1
+            return
+        self._seen[key] = finding
+        self.findings.append(finding)
+        if kind != "warning" and self.on_error == "raise":
+            raise _Abort(finding)
+
+    def _problem(self, problem, op, buf, phys, lanes, verb):
+        kind, bad, detail = problem
+        where = np.flatnonzero(bad)
+        index = buf.logical_of(phys[where[0]])[0]
+        who = lanes if np.ndim(lanes) == 0 else lanes[where]
+        self.report(kind, f"{verb} {buf.name}{list(index)} by {C.describe_lanes(who)} of tile "
+                          f"{self.tile}: {detail}", op, who, index,
+                    fix="separate the accesses with tbarrier() (and cp_async wait before it)"
+                    if kind == "race" else "write the element before reading it")
+
+    # -- running ------------------------------------------------------------------------
+    def run(self) -> None:
+        body = self.func.regions[0].entry
+        for tile in np.ndindex(*self.grid):
+            self.tile = tile
+            self.tile_linear = int(np.ravel_multi_index(tile, self.grid))
+            self.phase = 0
+            self.smem_top = 0
+            self.pending: list = []
+            self.groups: list = []
+            self.counters.tiles += 1
+            self.block(body, self.full)
+            if self.pending or self.groups:
+                n = len(self.pending) + sum(len(g) for g in self.groups)
+                self.report("warning", f"tile {tile} ends with {n} cp.async cop{'y' if n == 1 else 'ies'} never "
+                            "retired by a cp_async_wait: their data is never used", body.last_op)
+
+    def block(self, block, mask) -> list:
+        env = self.env
+        for op in block:
+            name = op.name
+            if name == T.YIELD:
+                return [env[v] for v in op.operands]
+            if name == "tessera.return":
+                return []
+            handler = _HANDLERS.get(name)
+            if handler is None:
+                raise KernelError(f"the tile interpreter has no rule for '{name}'", location=op.location,
+                                  fix="emit tessera.tile ops only")
+            value = handler(self, op, mask)
+            if op.results:
+                if len(op.results) == 1:
+                    env[op.results[0]] = value
+                else:
+                    for r, v in zip(op.results, value):
+                        env[r] = v
+        return []
+
+    # -- helpers ------------------------------------------------------------------------
+    def uniform(self, value, op, mask, what: str) -> int:
+        if np.ndim(value) == 0:
+            return int(value)
+        active = value[mask]
+        if active.size and (active != active[0]).any():
+            raise KernelError(f"{what} differs between lanes ({C.describe_lanes(self.lane_ids[mask][active != active[0]])} "
+                              f"disagree with lane {int(self.lane_ids[mask][0])}) in tile {self.tile}",
+                              location=op.location, fix="compute it from tile ids and constants only")
+        return int(active[0]) if active.size else 0
+
+    def lanes_of(self, value, mask) -> np.ndarray:
+        return np.broadcast_to(value, (self.lanes,))[mask]
+
+    def index_of(self, op, buf, idx_values, mask, verb):
+        """(target buffer, physical/flat offsets, active lane ids) of a lane-level access."""
+        lanes = self.lane_ids[mask]
+        if isinstance(buf, View):
+            offs = buf.offsets
+            idx = [np.full(lanes.size, o, dtype=np.int64) for o in offs[:buf.drop]]
+            idx += [self.lanes_of(v, mask).astype(np.int64) + o for v, o in zip(idx_values, offs[buf.drop:])]
+            box = buf.shape
+            local = idx[buf.drop:]
+            base = buf.base
+        else:
+            idx = [self.lanes_of(v, mask).astype(np.int64) for v in idx_values]
+            box, local, base = buf.shape, idx, buf
+        bad = np.zeros(lanes.size, dtype=bool)
+        for axis, (i, n) in enumerate(zip(local, box)):
+            bad |= (i < 0) | (i >= n)
+        if bad.any():
+            first = np.flatnonzero(bad)[0]
+            at = [int(i[first]) for i in local]
+            self.report("bounds", f"{verb} {buf.name}{at} (shape {list(box)}, {base.space} memory) by "
+                        f"{C.describe_lanes(lanes[bad])} of tile {self.tile}: index out of bounds", op,
+                        lanes[bad], at, fix="check the index arithmetic or guard the access with an if")
+            keep = ~bad
+            idx, lanes = [i[keep] for i in idx], lanes[keep]
+        if isinstance(base, Shared):
+            return base, base.phys_map[tuple(idx)], lanes
+        return base, base.flat_index(tuple(idx)), lanes
+
+    def count_lane_access(self, base, offsets, lanes, write: bool) -> None:
+        if not self.count or offsets.size == 0:
+            return
+        c, size = self.counters, base.itemsize
+        addr = base.base + offsets.astype(np.int64) * size
+        request = lanes // 32
+        if base.space == "shared":
+            r, w, ideal = wavefronts(addr, request, size)
+            c.smem_requests += r
+            c.smem_wavefronts += w
+            c.smem_ideal_wavefronts += ideal
+            if write:
+                c.smem_write_bytes += offsets.size * size
+            else:
+                c.smem_read_bytes += offsets.size * size
+        else:
+            r, s = sectors(addr, request, size)
+            c.global_requests += r
+            c.global_sectors += s
+            c.global_requested_bytes += np.unique((request << 40) | addr).size * size
+            if write:
+                c.hbm_write_bytes += 32 * s
+            else:
+                c.hbm_read_bytes += 32 * s
+
+    def box_offsets(self, view, op, verb):
+        """(base buffer, offsets of the view's elements in row-major order) of a view/buffer."""
+        if not isinstance(view, View):
+            if isinstance(view, Shared):
+                return view, view.phys_map.reshape(-1)
+            return view, np.arange(view.flat.size)
+        key = (view.base.layout_key, view.offsets, view.shape)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return view.base, hit
+        base, box = view.base, view.box_shape
+        bad = [a for a, (o, s, n) in enumerate(zip(view.offsets, box, base.shape)) if o < 0 or o + s > n]
+        if bad:
+            a = bad[0]
+            self.report("bounds", f"{verb} {base.name}[{view.offsets[a]}:{view.offsets[a] + box[a]}] in axis {a} "
+                        f"(size {base.shape[a]}, {base.space} memory) in tile {self.tile}: the box "
+                        f"{list(box)} at offsets {list(view.offsets)} leaves the buffer", op,
+                        (), view.offsets, fix="check the tile offsets or guard the last tile")
+            return base, None
+        if isinstance(base, Shared):
+            sl = tuple(slice(o, o + s) for o, s in zip(view.offsets, box))
+            offs = base.phys_map[sl].reshape(-1)
+        else:  # a box of a global buffer is a fixed pattern of offsets moved to its corner
+            rel_key = (base.layout_key, box)
+            rel = self._cache.get(rel_key)
+            if rel is None:
+                rel = self._cache[rel_key] = base.box((0,) * len(box), box).reshape(-1)
+            offs = rel + int(np.ravel_multi_index(view.offsets, base.shape))
+        self._cache[key] = offs
+        return base, offs
+
+    def collective_counts(self, op, base, offs, chunk_bytes, write, role="rowmajor", shape=None):
+        """Count a tile-collective access of ``offs`` (row-major elements of a box)."""
+        if not self.count or offs is None:
+            return
+        first = int(offs[0]) if offs.size else 0
+        # a global box's counts depend on its corner only through the sector alignment
+        corner = first if base.space == "shared" else (base.base + first * base.itemsize) % 32
+        key = (op, base.layout_key, role, offs.size, corner, shape)
+        hit = self._cache.get(key)
+        if hit is None:
+            size = base.itemsize
+            addr = base.base + offs.astype(np.int64) * size
+            if role == "column":  # lane m reads a[m, k] for each k: requests by column
+                M, K = shape
+                addr = addr.reshape(M, K).T.reshape(-1)
+                pos = np.arange(addr.size)
+                request = (pos // M) * ((M + 31) // 32) + (pos % M) // 32
+                access = size
+            else:
+                per = max(1, chunk_bytes // size)
+                chunk = np.arange(offs.size) // per
+                addr = addr[::per]
+                pos = chunk[::per]
+                request = pos // self.lanes * ((self.lanes + 31) // 32) + (pos % self.lanes) // 32
+                access = per * size
+            if base.space == "shared":
+                hit = ("shared",) + wavefronts(addr, request, access) + (offs.size * size,)
+            else:
+                hit = ("global",) + sectors(addr, request, access) + (offs.size * size,)
+            self._cache[key] = hit
+        c = self.counters
+        if hit[0] == "shared":
+            c.smem_requests += hit[1]
+            c.smem_wavefronts += hit[2]
+            c.smem_ideal_wavefronts += hit[3]
+            if write:
+                c.smem_write_bytes += hit[4]
+            else:
+                c.smem_read_bytes += hit[4]
+        else:
+            c.global_requests += hit[1]
+            c.global_sectors += hit[2]
+            c.global_requested_bytes += hit[3]
+            if write:
+                c.hbm_write_bytes += 32 * hit[2]
+            else:
+                c.hbm_read_bytes += 32 * hit[2]
+
+    def chunk_lanes(self, n: int, itemsize: int, chunk_bytes: int) -> np.ndarray:
+        key = ("lanes", n, itemsize, chunk_bytes)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = (np.arange(n) * itemsize // chunk_bytes) % self.lanes
+            self._cache[key] = hit
+        return hit
+
+    def collective_read(self, op, view, verb, role="rowmajor", chunk=None):
+        """The data of a view (row-major, view shape), checked and counted (moved in
+        ``chunk``-byte pieces, default one element)."""
+        base, offs = self.box_offsets(view, op, verb)
+        shape = view.shape
+        if offs is None:
+            return np.zeros(shape, dtype=base.dtype if isinstance(base, Shared) else base.array.dtype)
+        if isinstance(base, Shared):
+            if self.checks:
+                problem = C.check_read(base, offs, ALL_LANES, self.phase)
+                if problem:
+                    self._problem(problem, op, base, offs, ALL_LANES, verb)
+                C.mark_read(base, offs, ALL_LANES, self.phase)
+            data = base.data[offs]
+        else:
+            data = base.flat[offs]
+        self.collective_counts(op, base, offs, chunk or base.itemsize, False, role,
+                               shape if role == "column" else None)
+        return data.reshape(shape)
+
+    def global_write(self, op, base, offs, values, lanes) -> None:
+        """Store ``values`` at ``offs`` of a mut global buffer, checking TILE-CHECK-6 first."""
+        if self.checks:
+            bits = values.view(np.dtype(f"u{values.itemsize}"))
+            order = np.argsort(offs, kind="stable")
+            o, b = offs[order], bits[order]
+            twin = o[1:] == o[:-1]
+            if twin.any():
+                differ = bool((b[1:][twin] != b[:-1][twin]).any())
+                dup = np.isin(offs, o[1:][twin])
+                self._global_finding(op, base, int(o[1:][twin][0]), lanes[dup], differ,
+                                     f"from {C.describe_lanes(lanes[dup])} of tile {self.tile} in one store")
+            prev = base.writer[offs]
+            other = (prev >= 0) & (prev != self.tile_linear)
+            if other.any():
+                old = base.flat[offs[other]].view(bits.dtype)
+                first = int(np.flatnonzero(other)[0])
+                earlier = tuple(int(i) for i in np.unravel_index(int(prev[first]), self.grid))
+                self._global_finding(op, base, int(offs[first]), lanes[other], bool((old != bits[other]).any()),
+                                     f"from tile {self.tile} after tile {earlier} stored it")
+            base.writer[offs] = self.tile_linear
+        base.flat[offs] = values
+        base.written[offs] = True
+
+    def _global_finding(self, op, base, flat: int, lanes, differ: bool, how: str) -> None:
+        idx = [int(i) for i in np.unravel_index(flat, base.shape)]
+        what = ("different values (the result depends on the order)" if differ
+                else "the same value (redundant work)")
+        self.report("race" if differ else "warning", f"writes {base.name}{idx} {how}: {what}", op, lanes, idx,
+                    fix="give each lane and each tile its own elements")
+
+    # -- barrier phases and cp.async ------------------------------------------------------
+    def retire(self, copies) -> None:
+        for dst, offs, data, lanes in copies:
+            dst.data[offs] = data
+            if self.checks:
+                dst.pending[offs] -= 1
+                C.mark_write(dst, offs, lanes, self.phase)
+
+
+def _ids(run, op, mask):
+    name = op.name.rsplit(".", 1)[1]
+    if name == "lane_id":
+        return run.lane_ids
+    if name == "linear_id":
+        return run.lane_ids + run.tile_linear * run.lanes
+    if name == "num_lanes":
+        return np.int64(run.lanes)
+    axis = op.attributes["axis"]
+    if name == "tile_id":
+        return np.int64(run.tile[axis] if axis < len(run.tile) else 0)
+    return np.int64(run.grid[axis] if axis < len(run.grid) else 1)
+
+
+def _dim(run, op, mask):
+    return np.int64(run.env[op.operands[0]].shape[op.attributes["axis"]])
+
+
+def _constant(run, op, mask):
+    return _dtype(op.results[0].type).type(op.attributes["value"])
+
+
+def _binary(run, op, mask):
+    fn = op.attributes["fn"]
+    x, y = (_operand_array(run, op, run.env[v]) for v in op.operands)
+    t = op.operands[0].type
+    is_float = isinstance(t, ScalarType) or isinstance(t, TensorType) and t.rank > 0
+    if fn == "div" and not is_float:
+        raise KernelError("'/' of index values; use '//' for integer division", location=op.location,
+                          fix="write a // b")
+    with np.errstate(all="ignore"):
+        if fn in ("floordiv", "mod") and not is_float:
+            if np.any(np.asarray(y)[mask] == 0 if np.ndim(y) else y == 0):
+                raise KernelError(f"integer {fn} by zero in tile {run.tile}", location=op.location,
+                                  fix="guard the divisor")
+        out = _ARITH[fn](x, y)
+    if is_float and fn in _FLOAT_FLOPS:
+        run.counters.flops += int(np.size(out)) if isinstance(t, TensorType) else int(mask.sum())
+    return out
+
+
+def _operand_array(run, op, value):
+    if isinstance(value, (Global, Shared, View)):
+        raise KernelError(f"'{op.name}' computes on lane values and fragments, got the {value.space} buffer "
+                          f"{value.name!r}", location=op.location, fix="load it first (tile.load / frag_load)")
+    return value
+
+
+def _unary(run, op, mask):
+    fn = op.attributes["fn"]
+    x = _operand_array(run, op, run.env[op.operands[0]])
+    t = op.results[0].type
+    if fn in T.MATH_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.exp etc.)
+        out = math_in_accum(fn, np.asarray(x), accum=t.policy.accum).astype(_dtype(t))
+        run.counters.flops += int(np.size(x)) if isinstance(t, TensorType) else int(mask.sum())
+        return out[()] if np.ndim(x) == 0 else out
+    with np.errstate(all="ignore"):
+        return _UNARY[fn](x)
+
+
+def _reduce(run, op, mask):
+    x = _operand_array(run, op, run.env[op.operands[0]])
+    axis = op.attributes["axis"]
+    r = reduce_canonical(x, axis, op.attributes["fn"], accum=op.attributes["accum"])
+    run.counters.flops += int(x.size)
+    return np.expand_dims(r, axis).astype(_dtype(op.results[0].type))
+
+
+def _cast(run, op, mask):
+    return np.asarray(run.env[op.operands[0]]).astype(_dtype(op.results[0].type))[()]
+
+
+def _select(run, op, mask):
+    m, a, b = (run.env[v] for v in op.operands)
+    return np.where(m, a, b) if np.ndim(m) or np.ndim(a) or np.ndim(b) else (a if m else b)
+
+
+def _load(run, op, mask):
+    buf = run.env[op.operands[0]]
+    dtype = _dtype(op.results[0].type)
+    out = np.zeros(run.lanes, dtype=dtype)
+    base, offs, lanes = run.index_of(op, buf, [run.env[v] for v in op.operands[1:]], mask, "reads")
+    if isinstance(base, Shared):
+        if run.checks and offs.size:
+            problem = C.check_read(base, offs, lanes, run.phase)
+            if problem:
+                run._problem(problem, op, base, offs, lanes, "reads")
+            C.mark_read(base, offs, lanes, run.phase)
+        out[lanes] = base.data[offs]
+    else:
+        out[lanes] = base.flat[offs]
+    run.count_lane_access(base, offs, lanes, False)
+    return out
+
+
+def _store(run, op, mask):
+    buf = run.env[op.operands[0]]
+    base, offs, lanes = run.index_of(op, buf, [run.env[v] for v in op.operands[1:-1]], mask, "writes")
+    values = np.broadcast_to(run.env[op.operands[-1]], (run.lanes,))[lanes]
+    if offs.size == 0:
+        return None
+    if isinstance(base, Shared):
+        if run.checks:
+            uniq, first, counts = np.unique(offs, return_index=True, return_counts=True)
+            if (counts > 1).any():
+                dup = np.isin(offs, uniq[counts > 1])
+                run._problem(("race", dup, "write-after-write race: several lanes store to it in one store"),
+                             op, base, offs, lanes, "writes")
+            problem = C.check_write(base, offs, lanes, run.phase)
+            if problem:
+                run._problem(problem, op, base, offs, lanes, "writes")
+            C.mark_write(base, offs, lanes, run.phase)
+        base.data[offs] = values
+    else:
+        if not base.mut:
+            raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
+                              location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[n]")
+        run.global_write(op, base, offs, values, lanes)
+    run.count_lane_access(base, offs, lanes, True)
+    return None
+
+
+def _alloc(run, op, mask):
+    t = op.results[0].type
+    name = op.results[0].name or f"smem@{op.location or '?'}"
+    buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], run.smem_top,
+                 run.checks)
+    run.smem_top += buf.nbytes
+    return buf
+
+
+def _subview(run, op, mask):
+    base = run.env[op.operands[0]]
+    offsets = tuple(run.uniform(run.env[v], op, mask, "a view offset") for v in op.operands[1:])
+    shape = op.results[0].type.shape
+    if isinstance(base, View):
+        offsets = tuple(a + b for a, b in zip(base.offsets, (0,) * base.drop + offsets))
+        base = base.base
+    return View(base, offsets, shape, len(base.shape) - len(shape))
+
+
+def _copy_chunk(run, op, dbase, doffs, sbase, soffs) -> int:
+    """The cp.async size (16, 8 or 4 bytes, or one element) of a copy: the largest whose
+    pieces are contiguous and naturally aligned in both the source and the destination
+    (hardware.md: cp.async copies 4, 8 or 16 aligned bytes)."""
+    key = ("chunk", op, dbase.layout_key, int(doffs[0]), sbase.layout_key,
+           (sbase.base + int(soffs[0]) * sbase.itemsize) % 16, doffs.size)
+    hit = run._cache.get(key)
+    if hit is None:
+        size = dbase.itemsize
+        hit = size
+        for chunk in (16, 8, 4):
+            per = chunk // size
+            if chunk < size or per == 0 or doffs.size % per:
+                continue
+            ok = True
+            for base, offs in ((dbase, doffs), (sbase, soffs)):
+                pieces = offs.reshape(-1, per)
+                if ((base.base + pieces[:, 0] * size) % chunk).any() or \
+                        (pieces != pieces[:, :1] + np.arange(per)).any():
+                    ok = False
+                    break
+            if ok:
+                hit = chunk
+                break
+        run._cache[key] = hit
+    return hit
+
+
+def _cp_async(run, op, mask):
+    dst, src = run.env[op.operands[0]], run.env[op.operands[1]]
+    sbase, soffs = run.box_offsets(src, op, "cp.async reads")
+    dbase, doffs = run.box_offsets(dst, op, "cp.async writes")
+    if doffs is None or soffs is None:
+        return None
+    if not isinstance(dbase, Shared) or isinstance(sbase, Shared) or soffs.size != doffs.size:
+        raise KernelError(f"cp_async copies global memory into shared memory of the same size; got "
+                          f"{src.space} {list(getattr(src, 'shape', ()))} -> {dbase.space} {list(dst.shape)}",
+                          location=op.location, fix="copy a slice of the global buffer of the shared buffer's size")
+    chunk = _copy_chunk(run, op, dbase, doffs, sbase, soffs)
+    data = run.collective_read(op, src, "cp.async reads", chunk=chunk)
+    lanes = run.chunk_lanes(doffs.size, dbase.itemsize, chunk)
+    if run.checks:
+        problem = C.check_write(dbase, doffs, lanes, run.phase, asynchronous=True)
+        if problem:
+            run._problem(problem, op, dbase, doffs, lanes, "cp.async writes")
+        dbase.pending[doffs] += 1
+    run.collective_counts(op, dbase, doffs, chunk, True)
+    run.pending.append((dbase, doffs, data.reshape(-1), lanes))
+    return None
+
+
+def _commit(run, op, mask):
+    run.groups.append(run.pending)
+    run.pending = []
+
+
+def _wait(run, op, mask):
+    keep = op.attributes["pending"]
+    while len(run.groups) > keep:
+        run.retire(run.groups.pop(0))
+
+
+def _barrier(run, op, mask):
+    if not mask.all():
+        off = run.lane_ids[~mask]
+        run.report("barrier", f"tbarrier() in tile {run.tile} is reached by {C.describe_lanes(run.lane_ids[mask])} "
+                   f"but not by {C.describe_lanes(off)} (a divergent barrier: the tile deadlocks on a GPU)",
+                   op, off, fix="move the barrier out of the lane-varying if")
+    run.phase += 1
+    run.counters.barriers += 1
+
+
+def _fill(run, op, mask):
+    t = op.results[0].type
+    return np.full(t.shape, op.attributes["value"], dtype=_dtype(t))
+
+
+def _frag_load(run, op, mask):
+    return run.collective_read(op, run.env[op.operands[0]], "frag_load reads")
+
+
+def _frag_store(run, op, mask):
+    view, frag = run.env[op.operands[0]], run.env[op.operands[1]]
+    base, offs = run.box_offsets(view, op, "frag_store writes")
+    if offs is None:
+        return None
+    if isinstance(base, Shared):
+        if run.checks:
+            lanes = run.chunk_lanes(offs.size, base.itemsize, base.itemsize)
+            problem = C.check_write(base, offs, lanes, run.phase)
+            if problem:
+                run._problem(problem, op, base, offs, lanes, "frag_store writes")
+            C.mark_write(base, offs, lanes, run.phase)
+        base.data[offs] = frag.reshape(-1)
+    else:
+        if not base.mut:
+            raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
+                              location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[m, n]")
+        run.global_write(op, base, offs, frag.reshape(-1).astype(base.array.dtype),
+                         run.chunk_lanes(offs.size, base.itemsize, base.itemsize))
+    run.collective_counts(op, base, offs, base.itemsize, True)
+    return None
+
+
+def _mma(run, op, mask):
+    a, b, acc = (run.env[v] for v in op.operands)
+    if not isinstance(a, np.ndarray):
+        a = run.collective_read(op, a, "mma reads", role="column")
+    if not isinstance(b, np.ndarray):
+        b = run.collective_read(op, b, "mma reads")
+    M, K = a.shape
+    run.counters.flops += 2 * M * K * b.shape[1]
+    return _mma_values(a, b, acc, op.attributes["accum"]).astype(_dtype(op.results[0].type), copy=False)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def _mma_values(a, b, acc, accum: str) -> np.ndarray:
+    """``dot_canonical(a, b, accum=accum, c=acc)`` (NUM-RED-1). For f32 operands, accumulator
+    and accumulation — where ``dot_canonical`` always runs the emulated-fma kernel — that
+    kernel is called directly, skipping the per-call dispatch (the bits are the same)."""
+    if accum == "f32" and a.dtype == b.dtype == acc.dtype == _F32:
+        import numba  # loaded with the first mma, as the numerics package does
+
+        from ...numerics.kernels import dot_rows_fma_f32
+
+        out = np.array(acc, order="C")
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)  # a tile-sized call: one thread (same bits, no pool wake-up)
+        try:
+            dot_rows_fma_f32(out[None], np.ascontiguousarray(a)[None], np.ascontiguousarray(b)[None])
+        finally:
+            numba.set_num_threads(threads)
+        return canonical_nan(out)
+    return dot_canonical(a, b, accum=accum, c=acc)
+
+
+def _for(run, op, mask):
+    lb, ub, step = (run.uniform(run.env[v], op, mask, what) for v, what in
+                    zip(op.operands[:3], ("the loop start", "the loop end", "the loop step")))
+    if step <= 0:
+        raise KernelError(f"tile.range step must be positive, got {step}", location=op.location,
+                          fix="use a positive step")
+    carried = [run.env[v] for v in op.operands[3:]]
+    block = op.regions[0].entry
+    iv, params = block.args[0], block.args[1:]
+    env = run.env
+    for i in range(lb, ub, step):
+        env[iv] = np.int64(i)
+        for p, v in zip(params, carried):
+            env[p] = v
+        carried = run.block(block, mask)
+    return carried if len(op.results) != 1 else carried[0]
+
+
+def _if(run, op, mask):
+    cond = run.env[op.operands[0]]
+    then_block, else_block = op.regions[0].entry, op.regions[1].entry
+    if np.ndim(cond) == 0:
+        out = run.block(then_block if cond else else_block, mask)
+    else:
+        cond = cond.astype(bool)
+        m_then, m_else = mask & cond, mask & ~cond
+        a = run.block(then_block, m_then) if m_then.any() else None
+        b = run.block(else_block, m_else) if m_else.any() else None
+        if a is None or b is None:
+            out = a if b is None else b
+            out = out or []
+        else:
+            out = []
+            for r, x, y in zip(op.results, a, b):
+                if isinstance(r.type, TensorType) and r.type.rank:
+                    raise KernelError("a lane-varying if cannot yield a tile-level value (buffer or fragment)",
+                                      location=op.location, fix="make the condition uniform")
+                out.append(np.where(cond, x, y))
+    if not op.results:
+        return None
+    return out if len(op.results) != 1 else out[0]
+
+
+_HANDLERS = {T._name(k): v for k, v in {
+    "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
+    "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
+    "select": _select, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
+    "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
+    "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
+    "if": _if}.items()}
+
+
+def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool = True,
+        preset="H100", func: str | None = None, on_error: str = "raise") -> TileReport:
+    """Run a tile kernel (TILE-EXEC-1) over ``grid`` tiles of ``lanes`` lanes on ``args``.
+
+    ``program`` is a Tile IR module (or its kernel func); ``args`` a list in parameter order
+    or a dict by name: NumPy arrays for global buffers (``mut`` ones are updated in place),
+    numbers for scalars. ``checks`` turns the race / uninitialized / barrier checkers on
+    (bounds are always checked); ``counters`` the performance counters. With
+    ``on_error="raise"`` the first finding raises its error (a :class:`TesseraError` naming
+    the kernel line, tile and lanes); with ``"collect"`` every finding is recorded in the
+    report and the run goes on. Returns a :class:`TileReport`.
+    """
+    if on_error not in ("raise", "collect"):
+        raise KernelError(f"on_error is 'raise' or 'collect', got {on_error!r}", fix="pick one")
+    r = Run(_kernel_func(program, func), args, grid, lanes, bool(checks), bool(counters), on_error)
+    try:
+        r.run()
+    except _Abort as abort:
+        finding = abort.args[0]
+        raise C.ERRORS[finding.kind](finding.what, location=finding.location, fix=finding.fix) from None
+    fmt = get_format(r.dtype_hint or "f32").name
+    c = r.counters
+    return TileReport(
+        kernel=r.func.attributes["sym_name"], grid=r.grid, lanes=r.lanes,
+        outputs={n: g.array for n, g in r.globals.items() if g.mut},
+        coverage={n: (int(g.written.sum()), int(g.written.size)) for n, g in r.globals.items() if g.mut},
+        counters=c, findings=r.findings,
+        roofline=roofline((c.flops, c.hbm_bytes), fmt, preset) if counters else None,
+        preset=str(preset))

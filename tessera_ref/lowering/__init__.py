@@ -1,0 +1,26 @@
+"""Lowering: Graph IR -> Schedule IR -> Tile IR -> target text, and autotuning (docs/spec/lowering.md).
+
+- :func:`graph_to_schedule` wraps each op with a tile lowering in a scheduled kernel
+  (:mod:`tessera_ref.ir.schedule`) whose attributes say how it is tiled;
+- :func:`schedule_to_tile` turns each scheduled kernel into a Tile IR kernel and returns a
+  :class:`LoweredProgram` that runs them in the tile interpreter;
+- :func:`lower` does both; :func:`inspect` prints one level (``"schedule"``, ``"tile"``,
+  ``"target"``); :func:`run_schedule` executes Schedule IR with Graph IR semantics;
+- :mod:`.autotune` sweeps schedule or kernel spaces with the cost model.
+"""
+from .graph_to_schedule import graph_to_schedule, fit_schedule, family_of
+from .schedule_to_tile import LoweredProgram, schedule_to_tile
+from .pipeline import inspect, lower, run_schedule
+
+
+def _register_kernel_views() -> None:
+    """Give ``@kernel`` objects their ``inspect_ir("target")`` view (the CUDA C text)."""
+    from ..frontend.kernel import Kernel
+    from .cuda import emit_cuda
+    Kernel._ir_views.setdefault("target", lambda k: emit_cuda(k.module))
+
+
+_register_kernel_views()
+
+__all__ = ["graph_to_schedule", "fit_schedule", "family_of", "schedule_to_tile", "LoweredProgram", "lower",
+           "inspect", "run_schedule"]

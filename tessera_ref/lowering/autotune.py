@@ -1,0 +1,274 @@
+"""Autotuning: sweep a space of configurations with the cost model (docs/spec/lowering.md, LOWER-TUNE-*).
+
+Two entry points share one sweep engine (:func:`sweep`):
+
+- :func:`autotune_kernel` — the variants of a ``@kernel.autotune(space=...)`` kernel
+  (``kernel.tune(problem)`` calls it). Each configuration's Tile IR is checked for its static
+  shared memory against the preset's per-block limit (over it: rejected, with the bytes and
+  the limit, never run), then run once in the tile interpreter without checkers on copies of
+  the arguments; its cost is the roofline time of the counted FLOPs and HBM bytes.
+- :func:`autotune_schedule` — schedule directives for one op of a Graph IR function
+  (tile shapes, stages, padding ...): each configuration is fitted to the op
+  (SCHED-FIT-1) and priced by :mod:`.cost` without running anything.
+
+The sweep prints one line per configuration to stderr (``progress=False`` to silence it;
+no progress-bar dependency), picks the fastest accepted configuration (the first of equal
+times, in space order), and caches the outcome keyed by the problem, the preset and the
+space: in-process, and in a JSON file in ``$TESSERA_CACHE_DIR`` (default
+``~/.cache/tessera_ref``) unless ``cache=False``. A cached result is returned with
+``cached=True`` and nothing is re-run.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import AutotuneError, TesseraError
+from ..ir import Module, Operation
+from ..ir import schedule as S
+from ..ir import tile as T
+from ..numerics import get_format
+from ..sim.presets import get_preset
+from .cost import kernel_cost
+from .graph_to_schedule import graph_to_schedule
+
+__all__ = ["Trial", "AutotuneResult", "sweep", "autotune_kernel", "autotune_schedule", "shared_bytes",
+           "cache_path", "clear_cache"]
+
+_MEMORY: dict = {}
+
+
+@dataclass
+class Trial:
+    """One configuration: its time (seconds) or the reason it was rejected, and what was counted."""
+
+    config: dict
+    seconds: float | None
+    reason: str | None = None
+    details: dict = field(default_factory=dict)
+
+
+@dataclass
+class AutotuneResult:
+    """The outcome of a sweep: every trial, the best configuration, whether it came from the cache."""
+
+    key: str
+    preset: str
+    trials: list
+    best: dict
+    cached: bool = False
+    best_variant: object = None
+
+    def text(self) -> str:
+        """A table of the trials for a person."""
+        lines = [f"autotune on {self.preset}{' (cached)' if self.cached else ''}: best {_fmt(self.best)}"]
+        for t in self.trials:
+            mark = "*" if t.config == self.best else " "
+            what = f"{t.seconds * 1e6:10.3f} us" if t.seconds is not None else f"rejected: {t.reason}"
+            lines.append(f" {mark} {_fmt(t.config):40s} {what}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+
+def _fmt(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def cache_path() -> str:
+    """The JSON file of cached sweeps (``$TESSERA_CACHE_DIR/autotune.json``)."""
+    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tessera_ref")
+    return os.path.join(root, "autotune.json")
+
+
+def clear_cache() -> None:
+    """Forget every cached sweep (in-process and on disk)."""
+    _MEMORY.clear()
+    path = cache_path()
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def _load_disk() -> dict:
+    try:
+        with open(cache_path(), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_disk(key: str, record: dict) -> None:
+    data = _load_disk()
+    data[key] = record
+    path = cache_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _jsonable(config: dict) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+
+
+def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: bool = True,
+          label: str | None = None) -> AutotuneResult:
+    """Run ``evaluate(config) -> (seconds, details)`` over ``configs`` (it raises
+    :class:`Rejected` to reject one) and return the best; see the module docstring. ``key``
+    identifies the problem in the cache, ``label`` names it in the progress lines."""
+    configs = [dict(c) for c in configs]
+    if not configs:
+        raise AutotuneError("the autotuning space is empty", fix="give every parameter at least one value")
+    preset_name = get_preset(preset).name
+    full_key = hashlib.sha256(json.dumps([key, preset_name, [_jsonable(c) for c in configs]], sort_keys=True,
+                                         default=str).encode()).hexdigest()[:32]
+    record = _MEMORY.get(full_key) or (_load_disk().get(full_key) if cache else None)
+    if record is not None:
+        trials = [Trial(t["config"], t["seconds"], t["reason"], t.get("details", {})) for t in record["trials"]]
+        if progress:
+            print(f"[autotune] {label or key} on {preset_name}: cached, best {_fmt(record['best'])}", file=sys.stderr)
+        return AutotuneResult(full_key, preset_name, trials, record["best"], cached=True)
+    trials = []
+    for i, config in enumerate(configs, 1):
+        try:
+            seconds, details = evaluate(config)
+            trial = Trial(_jsonable(config), float(seconds), None, details)
+        except Rejected as exc:
+            trial = Trial(_jsonable(config), None, str(exc), {})
+        trials.append(trial)
+        if progress:
+            what = f"{trial.seconds * 1e6:.3f} us" if trial.reason is None else f"rejected: {trial.reason}"
+            print(f"[autotune] {label or key} {i}/{len(configs)} {_fmt(config)}: {what}", file=sys.stderr)
+    accepted = [t for t in trials if t.reason is None]
+    if not accepted:
+        reasons = "; ".join(f"{_fmt(t.config)}: {t.reason}" for t in trials)
+        raise AutotuneError(f"every configuration was rejected on {preset_name}: {reasons}",
+                            fix="add smaller tiles or fewer stages to the space")
+    best = min(accepted, key=lambda t: t.seconds).config
+    record = {"best": best, "trials": [t.__dict__ for t in trials]}
+    _MEMORY[full_key] = record
+    if cache:
+        _store_disk(full_key, record)
+    return AutotuneResult(full_key, preset_name, trials, best)
+
+
+class Rejected(Exception):
+    """Raised by an evaluation to reject its configuration, with the reason."""
+
+
+# ---------------------------------------------------------------------------------------
+# @kernel.autotune variants
+
+def shared_bytes(module: Module) -> int:
+    """Static shared memory of a Tile IR module's kernels: every ``alloc``'s elements (rows
+    padded by ``pad``) times the element size, summed."""
+    total = 0
+    for op in module.walk():
+        if op.name == f"{T.DIALECT}.alloc":
+            t = op.results[0].type
+            *rows, last = t.shape
+            total += int(np.prod(rows, dtype=np.int64)) * (last + op.attributes["pad"]) * get_format(t.policy.storage).bits // 8
+    return total
+
+
+def _describe_args(args) -> list:
+    items = args.items() if isinstance(args, dict) else enumerate(args)
+    return [(str(k), list(np.shape(v)), str(getattr(v, "dtype", type(v).__name__))) for k, v in items]
+
+
+def _copy_args(args):
+    if isinstance(args, dict):
+        return {k: (np.array(v) if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    return [np.array(v) if isinstance(v, np.ndarray) else v for v in args]
+
+
+def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = True,
+                    cache: bool = True) -> AutotuneResult:
+    """Pick the fastest of ``variants`` (``[(config, kernel or Tile IR module)]``) on ``problem``
+    (``dict(args=..., grid=..., lanes=...)``, grid/lanes values or callables of the config;
+    optional ``key``); see the module docstring."""
+    from ..interp.tile import run
+
+    variants = list(variants)
+    if not variants:
+        raise AutotuneError("autotune_kernel got no variants", fix="give the space at least one configuration")
+    if "args" not in problem or "grid" not in problem:
+        raise AutotuneError(f"an autotuning problem needs args and grid, got {sorted(problem)}",
+                            fix="problem=dict(args=[x, y, 2.0], grid=lambda c: m // c['BM'], lanes=128)")
+    limit = get_preset(preset).smem_per_block
+    by_config = {json.dumps(_jsonable(c), sort_keys=True, default=str): (c, k) for c, k in variants}
+
+    def module_of(kernel):
+        return kernel if isinstance(kernel, Module) else kernel.module
+
+    def pick(value, config):
+        return value(config) if callable(value) else value
+
+    def evaluate(config):
+        _, kernel = by_config[json.dumps(_jsonable(config), sort_keys=True, default=str)]
+        module = module_of(kernel)
+        smem = shared_bytes(module)
+        if smem > limit:
+            raise Rejected(f"needs {smem:,} B of shared memory per block, over the {limit:,} B limit")
+        try:
+            report = run(module, _copy_args(problem["args"]), grid=pick(problem["grid"], config),
+                         lanes=pick(problem.get("lanes", 128), config), checks=False, counters=True, preset=preset)
+        except TesseraError as exc:
+            raise Rejected(f"{type(exc).__name__}: {exc}") from None
+        c = report.counters
+        return report.roofline.time, {"flops": c.flops, "hbm_bytes": c.hbm_bytes, "smem_bytes": smem,
+                                      "smem_wavefronts": c.smem_wavefronts}
+
+    name = getattr(variants[0][1], "name", "kernel")
+    source = hashlib.sha256(str(module_of(variants[0][1])).encode()).hexdigest()[:16]
+    key = problem.get("key") or json.dumps([name, source, _describe_args(problem["args"]),
+                                            repr(problem["grid"]) if not callable(problem["grid"]) else "f(config)",
+                                            repr(problem.get("lanes", 128))])
+    result = sweep([c for c, _ in variants], evaluate, key=key, preset=preset, progress=progress, cache=cache,
+                   label=name)
+    result.best_variant = by_config[json.dumps(result.best, sort_keys=True, default=str)][1]
+    return result
+
+
+# ---------------------------------------------------------------------------------------
+# schedules of Graph IR ops
+
+def autotune_schedule(graph, space: dict, preset="H100", *, op_index: int | None = None, progress: bool = True,
+                      cache: bool = True) -> AutotuneResult:
+    """The best schedule directives from ``space`` (``dict(tile=[(128, 128, 32), ...],
+    stages=[2, 3])``) for one op of a Graph IR module or function — the op at ``op_index``
+    in the function body, by default the first op with a tile lowering — priced by the cost
+    model. Configurations whose shared memory exceeds the preset's limit are rejected."""
+    if not isinstance(space, dict) or not space or not all(isinstance(v, (list, tuple)) and v for v in space.values()):
+        raise AutotuneError(f"an autotuning space is a dict of non-empty lists, got {space!r}",
+                            fix="space=dict(tile=[(64, 64, 32), (128, 128, 32)], stages=[2, 3])")
+    func = graph if isinstance(graph, Operation) and graph.name == "tessera.func" else graph.body.first_op
+    ops = list(func.regions[0].entry)
+    from .graph_to_schedule import family_of
+    index = op_index if op_index is not None else next((i for i, o in enumerate(ops) if family_of(o)), None)
+    if index is None or family_of(ops[index]) is None:
+        raise AutotuneError("no op with a tile lowering to tune", fix="pass op_index= of a matmul, softmax, ...")
+    target = ops[index]
+    configs = [dict(zip(space, values)) for values in itertools.product(*space.values())]
+
+    def evaluate(config):
+        sched = graph_to_schedule(func, per_op={index: config})
+        kop = [o for o in sched.body.first_op.regions[0].entry if o.name == S.KERNEL][
+            sum(1 for o in ops[:index] if family_of(o))]
+        cost = kernel_cost(kop, preset)
+        ok, reason = cost.fits(preset)
+        if not ok:
+            raise Rejected(reason)
+        return cost.seconds, {"fitted": S.schedule_of(kop), "hbm_bytes": cost.hbm_bytes,
+                              "smem_bytes": cost.smem_bytes}
+
+    key = json.dumps(["schedule", str(target).split(" loc(")[0]])
+    label = f"{target.name.rsplit('.', 1)[-1]}({', '.join(str(v.type) for v in target.operands)})"
+    return sweep(configs, evaluate, key=key, preset=preset, progress=progress, cache=cache, label=label)

@@ -1,0 +1,387 @@
+"""Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), NOT compiled in this build.
+
+:func:`emit_cuda` prints every tile kernel of a module as one ``__global__`` function, op by
+op (LOWER-TARGET-1): a tile is a thread block, a lane a thread (``threadIdx.x``), tile ids are
+``blockIdx``; global buffers are row-major pointers; ``alloc`` is a ``__shared__`` array
+whose rows are padded by ``pad`` elements and whose byte offsets go through
+``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with ``swizzle = "xor"``; a view is a base pointer
+plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
+element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
+``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
+``__syncthreads()``. A fragment is a register array holding the elements ``j ≡ lane (mod
+lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` over k
+ascending — the NUM-RED-1 order, so a compiled kernel would compute the interpreter's bits.
+``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
+``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
+propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
+(``tessera_device.cuh``; DESIGN §9). Index values are ``long`` and are never negative in the
+lowered kernels, so C's ``/`` and ``%`` agree with Tile IR's ``floordiv`` and ``mod``.
+
+The text is what the CUDA phase will compile with NVRTC; nothing here has been compiled or
+run on a GPU, and the header says so.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import LoweringError
+from ..ir import Module
+from ..ir import tile as T
+from ..ir.types import IndexType, ScalarType, TensorType
+
+__all__ = ["emit_cuda", "HEADER"]
+
+HEADER = """\
+// Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
+// NOT YET COMPILED: this build has no NVRTC step; the CUDA phase compiles this text.
+#include <cuda_fp16.h>
+#include "tessera_device.cuh"  // tsr_cp_async*, tsr_exp, tsr_rsqrt, tsr_max/min, TSR_SWIZZLE (CPU twin for tests)
+"""
+
+_CTYPE = {"f32": "float", "f16": "__half", "f64": "double", "i1": "bool"}
+_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
+        "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+
+
+def _ctype(t) -> str:
+    if isinstance(t, IndexType):
+        return "long"
+    if isinstance(t, TensorType) and t.rank == 0:
+        return "bool"
+    return _CTYPE.get(t.format.name if isinstance(t, ScalarType) else t.policy.storage.name, "float")
+
+
+class _View:
+    """A buffer region: pointer name, element offset expression, shape, strides, swizzled?"""
+
+    def __init__(self, ptr, offset, shape, strides, swizzle=False, itemsize=4):
+        self.ptr, self.offset, self.shape, self.strides = ptr, offset, tuple(shape), tuple(strides)
+        self.swizzle, self.itemsize = swizzle, itemsize
+
+    def at(self, index) -> str:
+        terms = [self.offset] + [f"({i}) * {s}" if s != 1 else f"({i})" for i, s in zip(index, self.strides)]
+        flat = " + ".join(t for t in terms if t != "0")
+        flat = flat or "0"
+        if self.swizzle:
+            flat = f"TSR_SWIZZLE({flat}, {self.itemsize})"
+        return f"{self.ptr}[{flat}]"
+
+
+class _Emitter:
+    def __init__(self, func):
+        self.func, self.lines, self.names, self.count = func, [], {}, 0
+        self.indent = 1
+        self.lanes = func.attributes.get("launch.lanes")
+        self.sizes = dict(func.attributes.get("tile.sizes", {}))
+
+    def name(self, value) -> str:
+        if value not in self.names:
+            self.names[value] = f"v{self.count}"
+            self.count += 1
+        return self.names[value]
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    def dim(self, d) -> str:
+        return str(d)
+
+    def strides(self, shape, pad=0):
+        out, running = [], None
+        for i in range(len(shape) - 1, -1, -1):
+            if running is None:
+                out.append("1")
+                running = f"{shape[-1] + pad}" if isinstance(shape[-1], int) else f"{shape[-1]}"
+            else:
+                out.append(running)
+                running = str(eval(f"{running} * {shape[i]}")) if isinstance(shape[i], int) and running.isdigit() \
+                    else f"{running} * {shape[i]}"
+        return list(reversed(out))
+
+    # -- the kernel ---------------------------------------------------------------------
+    def kernel(self) -> str:
+        attrs = self.func.attributes
+        mut = set(attrs.get("tile.mut", []))
+        params = []
+        for arg, pname in zip(self.func.regions[0].entry.args, attrs["tile.params"]):
+            t = arg.type
+            if isinstance(t, TensorType) and t.rank > 0:
+                const = "" if pname in mut else "const "
+                params.append(f"{const}{_ctype(t)}* __restrict__ {pname}")
+                self.names[arg] = _View(pname, "0", t.shape, self.strides(t.shape), itemsize=t.dtype.itemsize)
+            else:
+                params.append(f"{_ctype(t)} {pname}")
+                self.names[arg] = pname
+        params += [f"long {s}" for s in self.sizes]
+        launch = ""
+        if "launch.grid" in attrs:
+            launch = f"// launch: grid {tuple(attrs['launch.grid'])}, {attrs['launch.lanes']} threads per block\n"
+        head = f'{launch}extern "C" __global__ void {attrs["sym_name"]}({", ".join(params)}) {{'
+        self.block(self.func.regions[0].entry)
+        return "\n".join([head] + self.lines + ["}"])
+
+    def block(self, block) -> None:
+        for op in block:
+            short = op.name.rsplit(".", 1)[-1]
+            if op.name == "tessera.return" or short == "yield":
+                continue
+            handler = getattr(self, f"op_{short}", None)
+            if handler is None:
+                raise LoweringError(f"the CUDA emitter has no rule for '{op.name}'", location=op.location,
+                                    fix="extend tessera_ref/lowering/cuda.py")
+            handler(op)
+
+    def value(self, op, expr: str) -> None:
+        r = op.results[0]
+        self.emit(f"{_ctype(r.type)} {self.name(r)} = {expr};")
+
+    def arg(self, v) -> str:
+        n = self.names.get(v)
+        return n if isinstance(n, str) else self.name(v)
+
+    # -- scalar ops -----------------------------------------------------------------------
+    def op_lane_id(self, op):
+        self.value(op, "threadIdx.x")
+
+    def op_linear_id(self, op):
+        self.value(op, "(long)blockIdx.x * blockDim.x + threadIdx.x")
+
+    def op_tile_id(self, op):
+        self.value(op, f"blockIdx.{'xyz'[op.attributes['axis']]}")
+
+    def op_num_tiles(self, op):
+        self.value(op, f"gridDim.{'xyz'[op.attributes['axis']]}")
+
+    def op_num_lanes(self, op):
+        self.value(op, "blockDim.x")
+
+    def op_dim(self, op):
+        view = self.names[op.operands[0]]
+        self.value(op, str(view.shape[op.attributes["axis"]]))
+
+    def op_constant(self, op):
+        v = op.attributes["value"]
+        if isinstance(v, float):
+            text = ("-" if v < 0 else "") + "INFINITY" if math.isinf(v) else f"{v!r}"
+            if isinstance(op.results[0].type, ScalarType) and op.results[0].type.format.name == "f32" and \
+                    not math.isinf(v):
+                text += "f"
+            text = "-0.0f" if v == 0 and math.copysign(1, v) < 0 else text
+        else:
+            text = str(v)
+        self.value(op, text)
+
+    def op_binary(self, op):
+        fn = op.attributes["fn"]
+        a, b = (self.arg(v) for v in op.operands)
+        if fn in ("min", "max"):
+            floating = not isinstance(op.results[0].type, IndexType)
+            self.value(op, f"{'tsr_' if floating else ''}{fn}({a}, {b})")
+        else:
+            self.value(op, f"{a} {_BIN[fn]} {b}")
+
+    def op_unary(self, op):
+        fn, x = op.attributes["fn"], self.arg(op.operands[0])
+        expr = {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": f"fabs({x})"}.get(fn, f"tsr_{fn}({x})")
+        self.value(op, expr)
+
+    def op_cast(self, op):
+        self.value(op, f"({_ctype(op.results[0].type)})({self.arg(op.operands[0])})")
+
+    def op_select(self, op):
+        m, a, b = (self.arg(v) for v in op.operands)
+        self.value(op, f"{m} ? {a} : {b}")
+
+    # -- memory -----------------------------------------------------------------------------
+    def op_load(self, op):
+        view = self.names[op.operands[0]]
+        self.value(op, view.at([self.arg(v) for v in op.operands[1:]]))
+
+    def op_store(self, op):
+        view = self.names[op.operands[0]]
+        index, value = op.operands[1:-1], op.operands[-1]
+        self.emit(f"{view.at([self.arg(v) for v in index])} = {self.arg(value)};")
+
+    def op_alloc(self, op):
+        t, pad = op.results[0].type, op.attributes["pad"]
+        name = self.name(op.results[0])
+        rows = math.prod(t.shape[:-1])
+        self.emit(f"__shared__ __align__(128) {_ctype(t)} {name}[{rows * (t.shape[-1] + pad)}];"
+                  f"  // {list(t.shape)}, rows padded by {pad}, swizzle {op.attributes['swizzle']}")
+        self.names[op.results[0]] = _View(name, "0", t.shape, self.strides(t.shape, pad),
+                                          op.attributes["swizzle"] == "xor", t.dtype.itemsize)
+
+    def op_subview(self, op):
+        base = self.names[op.operands[0]]
+        offs = [self.arg(v) for v in op.operands[1:]]
+        extra = " + ".join(f"({o}) * {s}" for o, s in zip(offs, base.strides) if o != "0")
+        offset = base.offset if not extra else (extra if base.offset == "0" else f"{base.offset} + {extra}")
+        shape = op.results[0].type.shape
+        name = self.name(op.results[0])
+        self.emit(f"const long {name}_off = {offset};  // view {list(shape)} of {base.ptr}")
+        self.names[op.results[0]] = _View(base.ptr, f"{name}_off", shape, base.strides[len(base.strides) - len(shape):],
+                                          base.swizzle, base.itemsize)
+
+    def _box_loop(self, view, body, lanes_expr="blockDim.x") -> None:
+        """``body(index exprs)`` for every element of ``view``'s box, block-strided."""
+        n = math.prod(view.shape)
+        self.emit(f"for (long j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
+        idx, rest = [], "j"
+        for i, d in enumerate(view.shape):
+            inner = math.prod(view.shape[i + 1:])
+            idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
+            rest = f"({rest}) % {inner}" if inner > 1 else rest
+        self.indent += 1
+        body(idx)
+        self.indent -= 1
+        self.emit("}")
+
+    def op_cp_async(self, op):
+        dst, src = self.names[op.operands[0]], self.names[op.operands[1]]
+        self.emit("// cp.async: one copy per element here; the CUDA phase groups them into 16-byte copies")
+        self._box_loop(dst, lambda idx: self.emit(f"tsr_cp_async(&{dst.at(idx)}, &{src.at(idx)}, {dst.itemsize});"))
+
+    def op_cp_async_commit(self, op):
+        self.emit("tsr_cp_async_commit();")
+
+    def op_cp_async_wait(self, op):
+        self.emit(f"tsr_cp_async_wait<{op.attributes['pending']}>();")
+
+    def op_barrier(self, op):
+        self.emit("__syncthreads();")
+
+    # -- fragments -----------------------------------------------------------------------
+    def _frag_len(self, t) -> str:
+        lanes = self.lanes or 32
+        return str(-(-math.prod(t.shape) // lanes))
+
+    def _owned(self, t, body) -> None:
+        """``body(slot, m, n)`` for every fragment element this lane owns."""
+        lanes = self.lanes or "blockDim.x"
+        n = math.prod(t.shape)
+        self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {{")
+        self.indent += 1
+        self.emit(f"const long e = threadIdx.x + (long)s * {lanes};")
+        self.emit(f"if (e < {n}) {{")
+        self.indent += 1
+        body("s", f"e / {t.shape[1]}", f"e % {t.shape[1]}")
+        self.indent -= 1
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def _new_frag(self, value) -> str:
+        name = self.name(value)
+        self.emit(f"{_ctype(value.type)} {name}[{self._frag_len(value.type)}];")
+        return name
+
+    def op_fill(self, op):
+        name = self._new_frag(op.results[0])
+        v = op.attributes["value"]
+        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type)}; ++s) {name}[s] = {v!r}f;")
+
+    def op_frag_load(self, op):
+        src, name = self.names[op.operands[0]], self._new_frag(op.results[0])
+        self._owned(op.results[0].type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"))
+
+    def op_frag_store(self, op):
+        dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
+        self._owned(op.operands[1].type, lambda s, m, n: self.emit(f"{dst.at([m, n])} = {frag}[{s}];"))
+
+    def op_mma(self, op):
+        a, b, acc = op.operands
+        A, B, C = self.names.get(a), self.names.get(b), self.arg(acc)
+        if not isinstance(A, _View) or not isinstance(B, _View):
+            raise LoweringError("the CUDA emitter handles mma of buffer views", location=op.location)
+        name = self._new_frag(op.results[0])
+        K = a.type.shape[1]
+
+        def body(s, m, n):
+            self.emit(f"float acc = {C}[{s}];")
+            self.emit(f"for (int k = 0; k < {K}; ++k) acc = fmaf({A.at([m, 'k'])}, {B.at(['k', n])}, acc);"
+                      "  // NUM-RED-1: k ascending")
+            self.emit(f"{name}[{s}] = acc;")
+        self._owned(op.results[0].type, body)
+
+    # -- control flow --------------------------------------------------------------------
+    def _declare(self, results, like=()) -> list:
+        """Variables for ``results``; a result whose initial value (``like``) is a buffer view
+        becomes a pointer variable (a rotating shared buffer: ``s0, s1 = s1, s0``)."""
+        names = []
+        like = list(like) + [None] * (len(results) - len(like))
+        for r, init in zip(results, like):
+            view = self.names.get(init) if init is not None else None
+            if isinstance(view, _View):
+                name = self.name(r)
+                self.emit(f"{_ctype(r.type)}* {name};  // a buffer that changes from iteration to iteration")
+                self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize)
+                names.append(name)
+            elif isinstance(r.type, TensorType) and r.type.rank > 0:
+                names.append(self._new_frag(r))
+            else:
+                names.append(self.name(r))
+                self.emit(f"{_ctype(r.type)} {names[-1]};")
+        return names
+
+    def _assign(self, targets, values, types) -> None:
+        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps)."""
+        staged = []
+        for tgt, v, t in zip(targets, values, types):
+            view = self.names.get(v)
+            if isinstance(view, _View):
+                src = f"&{view.ptr}[{view.offset}]"
+                decl = f"{_ctype(t)}*"
+            elif isinstance(t, TensorType) and t.rank > 0:
+                self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
+                continue
+            else:
+                src, decl = self.arg(v), _ctype(t)
+            if tgt != src:
+                staged.append((tgt, src, decl))
+        if len(staged) == 1:
+            self.emit(f"{staged[0][0]} = {staged[0][1]};")
+            return
+        self.count += 1
+        for i, (_, src, decl) in enumerate(staged):
+            self.emit(f"{decl} next{self.count}_{i} = {src};")
+        for i, (tgt, _, _) in enumerate(staged):
+            self.emit(f"{tgt} = next{self.count}_{i};")
+
+    def op_for(self, op):
+        lb, ub, step, *init = op.operands
+        body = op.regions[0].entry
+        iv, *carried = body.args
+        results = self._declare(op.results, init)
+        for arg, res in zip(carried, op.results):
+            self.names[arg] = self.names[res]
+        self._assign(results, init, [v.type for v in init])
+        ivn = self.name(iv)
+        self.emit(f"for (long {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
+        self.indent += 1
+        self.block(body)
+        self._assign(results, body.last_op.operands, [r.type for r in op.results])
+        self.indent -= 1
+        self.emit("}")
+
+    def op_if(self, op):
+        results = self._declare(op.results)
+        self.emit(f"if ({self.arg(op.operands[0])}) {{")
+        for i, region in enumerate(op.regions):
+            block = region.entry
+            if i == 1:
+                if not block.ops or len(block.ops) == 1 and not op.results:
+                    break
+                self.emit("} else {")
+            self.indent += 1
+            self.block(block)
+            self._assign(results, block.last_op.operands, [r.type for r in op.results])
+            self.indent -= 1
+        self.emit("}")
+
+
+def emit_cuda(module: Module) -> str:
+    """The CUDA C text of every tile kernel in ``module`` (see the module docstring)."""
+    kernels = [op for op in module.body if T.is_kernel(op)]
+    if not kernels:
+        raise LoweringError("the module holds no tile kernels", fix="lower a Graph IR program first")
+    return HEADER + "\n" + "\n\n".join(_Emitter(k).kernel() for k in kernels) + "\n"

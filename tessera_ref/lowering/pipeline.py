@@ -1,0 +1,63 @@
+"""The lowering pipeline in one call, and the IR views ``inspect_ir`` shows."""
+from __future__ import annotations
+
+from ..errors import LoweringError
+from .graph_to_schedule import graph_to_schedule
+from .schedule_to_tile import LoweredProgram, schedule_to_tile
+
+__all__ = ["lower", "inspect", "run_schedule", "LEVELS"]
+
+#: The IR levels below Graph IR that :func:`inspect` prints.
+LEVELS = ("schedule", "tile", "target")
+
+
+def lower(graph, directives: dict | None = None, *, per_op: dict | None = None) -> LoweredProgram:
+    """Graph IR module (or func) -> Schedule IR -> tile kernels (see :mod:`tessera_ref.lowering`)."""
+    return schedule_to_tile(graph_to_schedule(graph, directives, per_op=per_op))
+
+
+def run_schedule(schedule, *arrays) -> list:
+    """Execute a Schedule IR module's function with the Graph IR interpreter's semantics
+    (SCHED-IR-2): a kernel runs the Graph IR ops of its region on its operands, ``prefetch``
+    is the identity. Returns the function's results (storage-dtype arrays)."""
+    import numpy as np
+
+    from ..ir import schedule as S
+    from ..ops import primitive_of
+    from ..ops.primitive import Call
+
+    def run_block(block, env):
+        for op in block:
+            if op.name in ("tessera.return", S.YIELD):
+                return [env[v] for v in op.operands]
+            if op.name == S.PREFETCH:
+                env[op.results[0]] = env[op.operands[0]]
+                continue
+            if op.name == S.KERNEL:
+                inner = op.regions[0].entry
+                values = run_block(inner, {**env, **dict(zip(inner.args, (env[v] for v in op.operands)))})
+            else:
+                prim = primitive_of(op)
+                if prim is None:
+                    raise LoweringError(f"no Graph IR rule for '{op.name}'", location=op.location)
+                call = Call(prim, op.attributes, tuple(v.type for v in op.operands),
+                            tuple(r.type for r in op.results), op.location)
+                values = prim.run(call, *[env[v] for v in op.operands])
+            env.update(zip(op.results, values))
+        raise LoweringError("a Schedule IR block ends without a terminator")
+
+    func = schedule.body.first_op
+    entry = func.regions[0].entry
+    return run_block(entry, dict(zip(entry.args, (np.asarray(a) for a in arrays))))
+
+
+def inspect(program: LoweredProgram, level: str) -> str:
+    """The text of ``program`` at ``level``: Schedule IR, Tile IR, or the CUDA C target text."""
+    if level == "schedule":
+        return str(program.schedule)
+    if level == "tile":
+        return str(program.tile)
+    if level == "target":
+        from .cuda import emit_cuda
+        return emit_cuda(program.tile)
+    raise LoweringError(f"inspect_ir: unknown IR level {level!r}", fix=f"use 'graph' or one of {', '.join(LEVELS)}")

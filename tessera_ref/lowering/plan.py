@@ -1,0 +1,61 @@
+"""What every Tile lowering template returns, and the checks they share.
+
+A template turns one ``tessera.schedule.kernel`` into one tile kernel (a ``tessera.func``
+of Tile IR) plus its launch: the grid, the lanes per tile, and how the host views each
+operand and result as the kernel's global buffers (LOWER-PLAN-1: a contiguous array
+reshaped, never copied or reordered).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import LoweringError
+from ..ir import Operation
+from ..ir import schedule as S
+
+__all__ = ["KernelPlan", "the_op", "check_policy", "SUPPORTED_STORAGE"]
+
+#: Storage formats the tile lowering handles (the tile interpreter's formats).
+SUPPORTED_STORAGE = ("f32", "f16", "f64")
+
+
+@dataclass
+class KernelPlan:
+    """One lowered kernel: its Tile IR func and launch (see the module docstring)."""
+
+    func: Operation
+    grid: tuple
+    lanes: int
+    in_shapes: list
+    out_shapes: list
+
+
+def the_op(kop: Operation) -> Operation:
+    """The single Graph IR op a kernel schedules (the lowering fuses nothing yet)."""
+    ops = S.body_ops(kop)
+    if len(ops) != 1:
+        raise LoweringError(f"a scheduled kernel with {len(ops)} ops cannot be lowered yet", location=kop.location,
+                            fix="schedule one Graph IR op per kernel")
+    return ops[0]
+
+
+def check_policy(op: Operation, *types) -> tuple:
+    """``(storage, accum)`` format names of ``op``'s policy; a LoweringError unless every
+    tensor has the same plain policy (round to nearest even, canonical reduction, no scaling)
+    with a storage the tile interpreter runs."""
+    types = types or tuple(v.type for v in op.operands) + tuple(r.type for r in op.results)
+    policy = types[0].policy
+    short = op.name.rsplit(".", 1)[-1]
+    for t in types:
+        if t.policy != policy:
+            raise LoweringError(f"{short}: operands of different policies ({', '.join(map(str, types))})",
+                                location=op.location, fix="cast the operands to one policy first")
+    storage, accum = policy.storage.name, policy.accum.name
+    if storage not in SUPPORTED_STORAGE or accum not in ("f32", "f64") or policy.rounding != "rne" \
+            or policy.reduction != "canonical" or policy.scaling != "none" \
+            or policy.overflow != "native":
+        raise LoweringError(f"{short}: the tile lowering handles {'/'.join(SUPPORTED_STORAGE)} storage with f32 or "
+                            f"f64 accumulation, rounding to nearest even, the canonical reduction, no "
+                            f"scaling and native overflow; got {types[0]}", location=op.location,
+                            fix="run this op in the Graph IR interpreter, or change its policy")
+    return storage, accum

@@ -1,0 +1,88 @@
+"""LOWER-TUNE-*: sweeping schedule and kernel spaces with the cost model, rejecting, caching."""
+import numpy as np
+import pytest
+
+from tessera_ref import kernel, op
+from tessera_ref.errors import AutotuneError
+from tessera_ref.ir import TensorType
+from tessera_ref.lowering import autotune as AT
+from tessera_ref.numerics import as_policy
+from tessera_ref.ops.values import Trace
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    AT._MEMORY.clear()
+    yield
+    AT._MEMORY.clear()
+
+
+def _abstract_matmul(n):
+    """The Graph IR of an n x n x n f32 matmul, traced on types only (no data)."""
+    trace = Trace("mm")
+    a, b = trace.arguments([TensorType((n, n), as_policy("f32"))] * 2)
+    with trace:
+        c = op.matmul(a, b)
+    return trace.finish([c])
+
+
+SPACE = dict(tile=[(64, 64, 32), (128, 128, 32), (256, 256, 64)], stages=[2, 4])
+
+
+def test_schedule_sweep_rejects_over_the_shared_memory_limit_with_the_reason(capsys):
+    result = AT.autotune_schedule(_abstract_matmul(4096), SPACE, "H100")
+    rejected = {tuple(t.config["tile"]) + (t.config["stages"],): t.reason for t in result.trials if t.reason}
+    # 256x256x64, 2 stages of f32: 2 * (256*64 + 64*256) * 4 = 262,144 B > 227 KiB
+    assert "262,144 B" in rejected[(256, 256, 64, 2)] and "232,448 B" in rejected[(256, 256, 64, 2)]
+    assert (128, 128, 32, 4) not in rejected  # 4 * 32 KiB = 128 KiB fits
+    assert result.best["tile"] == [128, 128, 32]  # fewer waves re-reading A and B than 64x64
+    err = capsys.readouterr().err
+    assert err.count("[autotune]") == 6 and "rejected" in err and "6/6" in err
+
+
+def test_results_are_cached_by_problem_and_preset(capsys):
+    graph = _abstract_matmul(2048)
+    first = AT.autotune_schedule(graph, SPACE, "H100")
+    capsys.readouterr()
+    again = AT.autotune_schedule(graph, SPACE, "H100")
+    assert again.cached and again.best == first.best
+    assert "cached" in capsys.readouterr().err
+    AT._MEMORY.clear()  # the disk cache still has it
+    assert AT.autotune_schedule(graph, SPACE, "H100").cached
+    assert not AT.autotune_schedule(graph, SPACE, "B200").cached  # another preset is another key
+    assert not AT.autotune_schedule(_abstract_matmul(1024), SPACE, "H100").cached  # another problem
+
+
+def test_a_space_with_nothing_that_fits_says_why():
+    with pytest.raises(AutotuneError, match="every configuration was rejected"):
+        AT.autotune_schedule(_abstract_matmul(4096), dict(tile=[(256, 256, 64)], stages=[3]), progress=False)
+    with pytest.raises(AutotuneError, match="space"):
+        AT.autotune_schedule(_abstract_matmul(64), dict(tile=[]), progress=False)
+
+
+TILED_COPY = '''
+@kernel.autotune(space=dict(BM=[128, 256, 2048, 65536], stages=[2]))
+def tiled_copy(X: f32[m], Y: mut f32[m]):
+    s = tshared.alloc[f32](BM)
+    t = tile.id() * BM
+    for i in range(BM // 128):
+        s[i * 128 + tile.linear_id() % 128] = X[t + i * 128 + tile.linear_id() % 128]
+    tbarrier()
+    for i in range(BM // 128):
+        Y[t + i * 128 + tile.linear_id() % 128] = s[i * 128 + tile.linear_id() % 128]
+'''
+
+
+def test_kernel_autotune_runs_the_variants_and_rejects_oversized_shared_memory(capsys):
+    k = kernel.from_source(TILED_COPY)
+    X = np.arange(1024, dtype=np.float32)
+    Y = np.zeros(1024, np.float32)
+    result = k.tune(dict(args=[X, Y], grid=lambda c: 1024 // c["BM"] if c["BM"] <= 1024 else 1, lanes=128))
+    by_bm = {t.config["BM"]: t for t in result.trials}
+    assert "262,144 B of shared memory" in by_bm[65536].reason  # 65536 f32 > 227 KiB: never run
+    assert by_bm[2048].reason.startswith("TileBoundsError")  # a run that fails is rejected with its error
+    assert by_bm[128].seconds is not None and by_bm[256].seconds is not None
+    assert "4/4" in capsys.readouterr().err
+    assert not Y.any()  # the sweep ran on copies
+    assert result.best_variant is not None and result.best["BM"] in (128, 256)
