@@ -9,9 +9,8 @@ is an :class:`~tessera_ref.errors.AutodiffError` naming the op and its line.
 from __future__ import annotations
 
 from ..errors import running_op_at
-from ..ops import NOT_DIFFERENTIABLE, primitive_of
 from ..ops.values import Tracer
-from .reverse import _missing_rule, differentiable
+from .reverse import differentiable, rule_of
 
 __all__ = ["tangents"]
 
@@ -24,12 +23,9 @@ def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
         given = tuple(tan.get(id(v)) for v in op.operands)
         if all(t is None for t in given):
             continue
-        prim = primitive_of(op)
-        rule = prim.jvp if prim is not None else None
-        if rule is NOT_DIFFERENTIABLE:
-            continue
+        rule = rule_of(op, "jvp")
         if rule is None:
-            raise _missing_rule(op, "jvp")
+            continue
         primals = tuple(Tracer(v, trace) for v in op.operands)
         results = tuple(Tracer(r, trace) for r in op.results)
         with running_op_at(op.location):

@@ -72,11 +72,20 @@ def active_values(ops, inputs) -> set:
     return active
 
 
-def _missing_rule(op, slot: str) -> AutodiffError:
-    return AutodiffError(f"{op.name} has no {slot} rule yet, and the differentiated function uses it on a value "
-                         "that depends on the differentiated inputs",
-                         fix="differentiate around it (tessera_ref.ops.missing_rules() lists the gaps)",
-                         location=op.location)
+def rule_of(op, slot: str):
+    """The ``vjp``/``jvp`` rule of ``op``'s primitive; ``None`` when the op is not
+    differentiable (NOT_DIFFERENTIABLE: its results carry no derivative); an AutodiffError
+    when the slot is empty."""
+    prim = primitive_of(op)
+    rule = getattr(prim, slot) if prim is not None else None
+    if rule is NOT_DIFFERENTIABLE:
+        return None
+    if rule is None:
+        raise AutodiffError(f"{op.name} has no {slot} rule yet, and the differentiated function uses it on a value "
+                            "that depends on the differentiated inputs",
+                            fix="differentiate around it (tessera_ref.ops.missing_rules() lists the gaps)",
+                            location=op.location)
+    return rule
 
 
 def _check_cotangent(op, index: int, ct, primal) -> None:
@@ -97,12 +106,9 @@ def backward(trace, ops, inputs, outputs) -> list:
     for op in reversed(ops):
         if not any(id(r) in cts for r in op.results) or not any(id(v) in active for v in op.operands):
             continue
-        prim = primitive_of(op)
-        rule = prim.vjp if prim is not None else None
-        if rule is NOT_DIFFERENTIABLE:
-            continue
+        rule = rule_of(op, "vjp")
         if rule is None:
-            raise _missing_rule(op, "vjp")
+            continue
         primals = tuple(Tracer(v, trace) for v in op.operands)
         results = tuple(Tracer(r, trace) for r in op.results)
         with running_op_at(op.location):
