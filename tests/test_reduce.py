@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from determinism import digests_across_environments
 from tessera_ref.numerics import exactsum, reduce
 from tessera_ref.numerics.arith import ArithError
-from tessera_ref.numerics.exactsum import ExactAccumulator, exact_dot, exact_sum
+from tessera_ref.numerics.exactsum import ExactAccumulator, exact_dot, exact_dot_accumulator, exact_sum
 from tessera_ref.numerics.reduce import (argmax_canonical, argmin_canonical, dot_canonical,
                                          dot_tiled, reduce_canonical)
 from tessera_ref.numerics.rng import as_key, random_bits
@@ -461,6 +461,20 @@ def test_exact_sum_overflow_and_specials():
     zero = exact_sum(np.float32([-0.0, -0.0]))
     assert zero == 0 and not np.signbit(zero)  # fixed point has no −0
     assert not np.signbit(exact_sum(np.zeros(0, np.float32)))
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "fp8_e4m3", "fp4_e2m1"])
+@pytest.mark.parametrize("rounding", ["rne", "rup", "rdown"])
+def test_f64_domain_sums_far_below_the_target_quantum_and_zero_sums(fmt, rounding):
+    # The f64 domain's unit is 2^-1074; rounding such a sum into a narrow format looks at
+    # bits far above the stored digits (regression: this read past the digit window).
+    terms = np.float64([[2.0 ** -1000, 0], [-(2.0 ** -160), 0], [2.0 ** -151 * 3, 0], [0, 0],
+                        [5e-300, -5e-300]])
+    got = exact_sum(terms, axis=1, out_fmt=fmt, rounding=rounding)
+    for i, row in enumerate(terms):
+        assert int(bits(got[i])) == R.fraction_encode(exact_fraction(row), fmt, rounding, "native", 0), i
+    empty = exact_dot_accumulator(np.ones((2, 3), np.float32), np.zeros((3, 2), np.float32))
+    assert empty.domain == "f64" and not bits(empty.round(fmt, rounding=rounding)).any()
 
 
 @pytest.mark.parametrize("chunks", [1, 2, 8, 9, 72])

@@ -428,7 +428,7 @@ def _rounded_values(digits: np.ndarray, lsb: int, fmt: Format, rounding: str, rb
     padded = padded.view(np.uint64)  # every digit is now in [0, 2^32)
     cols = np.arange(G)
     lowest = np.full(G, len(padded), dtype=np.int64)  # lowest and highest nonzero digit
-    h = np.full(G, _PAD, dtype=np.int64)  # zero sums: any in-range position will do
+    h = np.full(G, _PAD, dtype=np.int64)  # zero sums: any position will do
     for i in range(_PAD, _PAD + D + 2):
         nonzero = padded[i] != 0
         h[nonzero] = i
@@ -437,6 +437,10 @@ def _rounded_values(digits: np.ndarray, lsb: int, fmt: Format, rounding: str, rb
     qexp = np.maximum(top_bit + lsb, fmt.emin) - fmt.man_bits
     shift = np.maximum(qexp - lsb, 0)  # the quantum's bit; at or below bit 0 nothing is lost
     base = shift + _RADIX * _PAD
+    nonzero = lowest < len(padded)
+    reach = int((base >> 5).max()) + 3  # a sum far below fmt's quantum reads zero digits above it
+    if reach > len(padded):
+        padded = np.concatenate([padded, np.zeros((reach - len(padded), G), dtype=np.uint64)])
     n = _bits(padded, base, 54)
     frac32 = _bits(padded, base - 32, 32)
     below = base - 32  # the sticky bits lie under this position
@@ -459,7 +463,7 @@ def _rounded_values(digits: np.ndarray, lsb: int, fmt: Format, rounding: str, rb
     if overflow_value is None:
         overflow_value = ~neg if rounding == "rup" else neg
     value = np.where(over, np.where(overflow_value, np.inf, fmt.max), value)
-    value = np.where(lowest < len(padded), value, 0.0)
+    value = np.where(nonzero, value, 0.0)
     return np.where(neg, -value, value)
 
 
