@@ -202,7 +202,7 @@ def _assemble(local: np.ndarray, layout: ShardLayout, mesh: Mesh, shape: tuple) 
                                          for l, axes in zip(lshape, layout.dims)))
     if x.shape != tuple(shape):
         x = x[tuple(slice(0, n) for n in shape)]
-    return np.ascontiguousarray(x)
+    return x.copy(order="C")  # a fresh array, 0-d included (ascontiguousarray makes 0-d 1-d)
 
 
 def _pending(x: np.ndarray, layout: ShardLayout, mesh: Mesh, dtype) -> np.ndarray:

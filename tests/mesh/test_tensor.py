@@ -241,3 +241,14 @@ def test_from_shards_errors():
         dist.from_shards({"cuda:0": a}, S(), mesh)
     with pytest.raises(LayoutError):
         dist.from_shards([a] * 4, S(("row",), ("dp",), pad=True), mesh)
+
+
+def test_a_0d_tensor_has_a_0d_global_value_and_numpy_returns_a_fresh_array():
+    mesh = MESHES["2x2"]
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    t = dist.tensor(x.shape, S(("row",), ("dp",)), mesh, data=x)
+    total = op.sum(t)  # a 0-d pending sum over dp, folded by numpy()
+    assert total.shape == () and total.numpy().shape == () and float(total.numpy()) == 28.0
+    got = t.numpy()
+    got[0, 0] = 99  # the caller's copy: the tensor's storage is not touched
+    assert t.numpy()[0, 0] == 0
