@@ -6,7 +6,8 @@ pass to the same trace: it visits the recorded ops in reverse program order and 
 op's ``vjp`` rule on tracers, so every derivative is itself a Graph IR op (and
 differentiable again). Cotangents reaching one value from several uses are added in the
 order the uses are visited (reverse program order) — a fixed order, so gradients are
-bit-identical on every run (AD-DET-1).
+bit-identical on every run (AD-DET-1). Under stochastic rounding each such sum is keyed by
+:func:`sum_seed`.
 
 An op is *active* when an operand depends on an input through differentiable values (float
 and complex tensors); only active ops whose results received a cotangent are visited. A
@@ -22,12 +23,16 @@ import numpy as np
 from ..errors import AutodiffError, EffectError, running_op_at
 from ..ir import has_side_effects
 from ..ir.types import COMPLEX64
+from ..numerics.rng import RNGKey
 from ..ops import NOT_DIFFERENTIABLE, primitive_of
 from ..ops.adjoint import zeros
 from ..ops.typecheck import is_float
 from ..ops.values import Tracer, asarray
 
-__all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects"]
+__all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects", "sum_seed"]
+
+#: The root seed of the keys of cotangent sums at uses by ops that have no seed (AD-REV-2).
+SUM_SEED = 0xAD5EED
 
 
 def differentiable(t) -> bool:
@@ -43,8 +48,20 @@ def zeros_of(t):
     return zeros(t.shape, t.policy)
 
 
-def accumulate(a, b, seed=None):
-    """``a + b`` of two cotangents of one value (complex ones part by part)."""
+def sum_seed(attributes: dict, position: int) -> int:
+    """The seed of the stochastically rounded sum of cotangents at a use by the
+    ``position``-th recorded op (``attributes``: its attributes; the outputs' sums take
+    position ``len(ops)``): the op's own seed, or — for ops that do not round and so have none,
+    such as ``reshape`` — the 64-bit key words of ``RNGKey(SUM_SEED).fold(position)``."""
+    if "seed" in attributes:
+        return attributes["seed"]
+    k0, k1 = RNGKey(SUM_SEED).fold(position).words
+    return int(k0) | int(k1) << 32
+
+
+def accumulate(a, b, seed: int):
+    """``a + b`` of two cotangents of one value (complex ones part by part); ``seed`` keys
+    the rounding when the policy rounds stochastically."""
     from .. import op
     if a.type.policy is COMPLEX64:
         return op.complex(op.add(op.real(a), op.real(b)), op.add(op.imag(a), op.imag(b)))
@@ -102,8 +119,9 @@ def backward(trace, ops, inputs, outputs) -> list:
     cts: dict = {}
     for value, ct in outputs:
         if ct is not None and id(value) in active:
-            cts[id(value)] = ct if id(value) not in cts else accumulate(cts[id(value)], ct)
-    for op in reversed(ops):
+            cts[id(value)] = (ct if id(value) not in cts
+                              else accumulate(cts[id(value)], ct, sum_seed({}, len(ops))))
+    for position, op in reversed(list(enumerate(ops))):
         if not any(id(r) in cts for r in op.results) or not any(id(v) in active for v in op.operands):
             continue
         rule = rule_of(op, "vjp")
@@ -122,5 +140,5 @@ def backward(trace, ops, inputs, outputs) -> list:
                 if ct is None or id(v) not in active:
                     continue
                 _check_cotangent(op, i, ct, p)
-                cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, op.attributes.get("seed"))
+                cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, sum_seed(op.attributes, position))
     return [cts.get(id(v)) for v in inputs]

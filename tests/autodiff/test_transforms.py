@@ -180,6 +180,22 @@ def test_misuse_is_an_autodiff_error(call, match):
         call()
 
 
+def test_stochastic_cotangent_sums_at_ops_that_do_not_round_are_keyed():
+    # x reaches the loss through two reshapes (ops without a seed); its two cotangents are
+    # added under stochastic rounding with a key of AD-REV-2 (regression: this needed a key).
+    from tessera_ref.numerics import as_policy
+    policy = as_policy("bf16").with_(rounding="stochastic")
+    xs = np.arange(6.0).reshape(2, 3)
+    x = tr.asarray(xs, policy=policy, seed=1)
+
+    def f(x):
+        return op.sum(op.mul(op.reshape(x, (3, 2)), op.reshape(op.transpose(x), (3, 2)), seed=2), seed=3)
+    want = xs.T.reshape(3, 2).reshape(2, 3) + xs.reshape(3, 2).T  # small integers: exact in bf16
+    got = tr.grad(f)(x)
+    assert np.array_equal(np.asarray(got).astype(np.float64), want)
+    assert np.array_equal(np.asarray(tr.grad(f, jit=True)(x)).view(np.uint16), np.asarray(got).view(np.uint16))
+
+
 def test_stochastic_rounding_policies_differentiate_deterministically():
     from tessera_ref.numerics import as_policy
     policy = as_policy("bf16").with_(rounding="stochastic")
