@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from ..errors import OpError
 from ..interp.graph import run_function
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
+from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
 __all__ = ["ADTrace", "Program", "prepare", "record", "run", "in_trace", "is_dist", "is_static", "ops_after"]
@@ -107,7 +108,7 @@ def _trace(body, leaves, mesh, name: str, location: str | None):
     trace = ADTrace(name, location)
     params = iter(trace.arguments([t.type for t in tensors if t is not None]))
     call = [next(params) if t is not None else x for x, t in zip(leaves, tensors)]
-    with trace:
+    with trace, planning_on(mesh):
         results, derivative, structure = body(call)
         results = [trace.capture(r) if is_dist(r) else r for r in results]
     return tensors, trace, results, derivative, structure

@@ -26,6 +26,7 @@ from ..numerics.exactsum import exact_dot_accumulator
 from ..ops.bind import bind, register_dispatch
 from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
+from ..ops.sharding import planning_on
 from ..ops.values import Array, Tracer, asarray, current_trace, is_weak_scalar
 from .. import sim
 from .redistribute import plan, redistribute
@@ -170,7 +171,8 @@ def apply(prim, operands, attrs, location):
                       f"({', '.join(str(v.type) for v in values)})",
                       fix="gather the operands (x.numpy()) and run it on one device")
     out_types = prim.infer_types(attrs, tuple(v.type.with_layout(None) for v in values), location)
-    plan = prim.shard(attrs, *[_rule_type(v.type) for v in values])
+    with planning_on(mesh):
+        plan = prim.shard(attrs, *[_rule_type(v.type) for v in values])
     moved = [redistribute(v, lay) for v, lay in zip(values, plan.operands)]
     layouts = plan_results(plan, out_types)
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device

@@ -25,6 +25,7 @@ import functools
 from ..errors import OpError, TraceError, user_location
 from ..interp.graph import run_function
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
+from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
 __all__ = ["GraphFunction", "module", "jit", "TracedModule"]
@@ -112,7 +113,8 @@ class GraphFunction:
         params = trace.arguments([t.type for t in tensors if t is not None])
         it = iter(params)
         call_args = [next(it) if t is not None else x for x, t in zip(args, tensors)]
-        with trace:
+        mesh = next((t.mesh for t in tensors if _is_dist(t)), None)
+        with trace, planning_on(mesh):
             out = self.fn(*call_args)
         structure = type(out) if isinstance(out, (tuple, list)) else None
         results = list(out) if structure else [out]

@@ -25,7 +25,7 @@ from ..ir import TensorType
 from ..ir.types import SYMBOL_RE
 from .adjoint import dilate_axis, linear_jvp, pad_axis, unbroadcast, zeros_like
 from .bind import bind
-from .sharding import ShardPlan, replicated_rule
+from .sharding import ShardPlan, replicated_rule, split_count
 from .primitive import Attr, Cost, define
 from .typecheck import (check_int, check_int_tuple, elementwise_cost, nbytes, normalize_axis,
                         same_element)
@@ -125,18 +125,24 @@ def _reshape_impl(call, a):
 
 def _reshape_shard(attrs, x):
     """MESH-SHARD-6: a split dimension keeps its split when it starts a result dimension
-    (the same number of elements before both) whose size it divides — kept whole, or merged
-    with the dimensions after it (``[H, D] -> [H*D]`` with ``H`` split): every device's block
-    is then one contiguous run of that result dimension. Other splits are gathered (a padded
-    or symbolic shape: all of them). A pending reduction stays pending: reshape moves
-    elements and combines none. The devices reshape their blocks to the local shape."""
+    (the same number of elements before both) that its blocks cut into whole blocks — the
+    result dimension is a multiple of it (kept whole, or merged with the dimensions after
+    it: ``[H, D] -> [H*D]`` with ``H`` split), or the number of blocks divides the result
+    dimension (un-merged: ``[H*D] -> [H, D]`` with ``H*D`` split in ``p | H`` blocks). Every
+    device's block is then one contiguous run of that result dimension. Other splits are
+    gathered (a padded or symbolic shape: all of them). A pending reduction stays pending:
+    reshape moves elements and combines none. The devices reshape their blocks to the local
+    shape."""
     lay, shape, out = x.layout, x.shape, attrs["shape"]
     dims = [()] * len(out)
     if not lay.padded and all(isinstance(d, int) for d in shape + out):
         starts = {math.prod(out[:j]): j for j in range(len(out))}
         for i, axes in enumerate(lay.dims):
             j = starts.get(math.prod(shape[:i]))
-            if axes and j is not None and shape[i] and out[j] % shape[i] == 0:
+            if not axes or j is None or not shape[i]:
+                continue
+            blocks = split_count(axes)
+            if out[j] % shape[i] == 0 or (blocks is not None and out[j] % blocks == 0):
                 dims[j] = axes
     kept = {axes for axes in dims if axes}
     operand = lay.replace(dims=tuple(axes if axes in kept else () for axes in lay.dims))
@@ -474,8 +480,19 @@ def _concat_vjp(attrs, primals, results, cts):
     return tuple(split(cts[0], [x.shape[axis] for x in primals], axis=axis))
 
 
+def _concat_shard(attrs, *xs):
+    """MESH-SHARD-9: the dimensions other than ``axis`` keep the first operand's splits (every
+    operand moved to them), so each device joins its blocks; ``axis`` is made whole and
+    pending reductions are carried out first. Padded operands are gathered whole."""
+    if any(x.layout.padded for x in xs):
+        return replicated_rule(attrs, *xs)
+    lay = xs[0].layout.replace(dims=tuple(() if d == attrs["axis"] else axes
+                                          for d, axes in enumerate(xs[0].layout.dims)), partial=())
+    return ShardPlan((lay,) * len(xs), (lay,))
+
+
 CONCAT = define("concat", infer=_concat_infer, impl=lambda call, *arrays: np.concatenate(arrays, call.attrs["axis"]),
-                cost=_moved, spec="GRAPH-CONCAT-1", shard=replicated_rule, canonicalize=_concat_canonicalize,
+                cost=_moved, spec="GRAPH-CONCAT-1", shard=_concat_shard, canonicalize=_concat_canonicalize,
                 vjp=_concat_vjp, jvp=linear_jvp("concat"),
                 attrs={"axis": Attr(0, check_int, "the axis to join along")})
 
@@ -505,7 +522,15 @@ def _split_vjp(attrs, primals, results, cts):
     return (concat(list(cts), axis=attrs["axis"]),)
 
 
-SPLIT = define("split", infer=_split_infer, impl=_split_impl, cost=_moved, spec="GRAPH-SPLIT-1", shard=replicated_rule,
+def _split_shard(attrs, x):
+    """MESH-SHARD-9: ``axis`` made whole; the other dimensions keep their splits, and every
+    part takes them; a pending reduction stays pending (the parts move elements)."""
+    lay = x.layout.replace(dims=tuple(() if d == attrs["axis"] else axes for d, axes in enumerate(x.layout.dims)))
+    return ShardPlan((lay,), (lay,) * len(attrs["sizes"]))
+
+
+SPLIT = define("split", infer=_split_infer, impl=_split_impl, cost=_moved, spec="GRAPH-SPLIT-1",
+               shard=_split_shard,
                vjp=_split_vjp, jvp=linear_jvp("split"),
                canonicalize=lambda attrs, x: {"axis": normalize_axis("split", attrs["axis"], x)},
                attrs={"sizes": Attr(check=check_int_tuple, doc="the size of each part along the axis"),

@@ -20,7 +20,9 @@ sharding changes the summation order: each device sums its block in the canonica
 and NUM-RED-3 then folds the devices' partials, which is not the single-device K order
 (under ``reduction="exact"`` both are the exact sum, so the bits agree).
 
-Rules never see values and are shared by families of ops:
+Rules never see values; a rule whose choice depends on how many blocks a split makes (a
+``reshape`` that un-merges a split dimension) asks :func:`split_count`, which knows the mesh
+of the program being traced or run. Rules are shared by families of ops:
 
 - :func:`elementwise_rule` — results follow the operands' splits (dimension by dimension,
   after broadcasting); pending sums survive only where the op is linear in them;
@@ -30,12 +32,34 @@ Rules never see values and are shared by families of ops:
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 
 from ..ir.layout import ShardLayout
 
 __all__ = ["ShardPlan", "elementwise_rule", "linear_rule", "replicated_rule", "keep_whole_rule",
-           "batch_rule", "whole"]
+           "batch_rule", "whole", "planning_on", "split_count"]
+
+_MESH = contextvars.ContextVar("tessera_rule_mesh", default=None)
+
+
+@contextlib.contextmanager
+def planning_on(mesh):
+    """Rules called inside this context plan for ``mesh`` (see :func:`split_count`)."""
+    token = _MESH.set(mesh)
+    try:
+        yield
+    finally:
+        _MESH.reset(token)
+
+
+def split_count(axes) -> int | None:
+    """Into how many blocks a dimension split over the mesh axes ``axes`` is cut on the mesh
+    being planned for (the traced or running program's), or ``None`` when no mesh is known —
+    rules then choose what holds on any mesh."""
+    mesh = _MESH.get()
+    return None if mesh is None else mesh.axis_size(tuple(axes))
 
 
 @dataclass(frozen=True)

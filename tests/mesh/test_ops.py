@@ -327,12 +327,41 @@ def test_transpose_moves_splits():
     ((6, 4, 3), S((0, 1), ("tp", "dp")), (72,), (("tp",),)),         # the leading split survives, the other is gathered
     ((6, 4, 3), S((2,), ("tp",)), (24, 3), ((), ("tp",))),           # merging the dims before it: still a run
     ((6, 4, 3), S((1,), ("dp",)), (6, 1, 12), ((), (), ("dp",))),    # size-1 dimensions in between
+    ((12, 2), S((0,), ("tp",)), (3, 4, 2), (("tp",), (), ())),       # [H*D] -> [H, D], 3 blocks divide H=3
+    ((2, 24), S((1,), ("tp",)), (2, 6, 4), ((), ("tp",), ())),       # un-merging the last dimension
+    ((12, 2), S((0,), ("dp",)), (3, 4, 2), ((), (), ())),            # 2 blocks do not divide H=3: gathered
+    ((12, 2), S((0,), (("dp", "tp"),)), (6, 2, 2), (("dp", "tp"), (), ())),  # 6 blocks over two axes
 ])
 def test_reshape_keeps_splits_that_start_a_result_dimension(shape, spec, new, dims):
+    import tessera_ref
     x = rnd(*shape)
     got = op.reshape(T(x, spec), new)
     assert got.layout.dims == dims
     assert same_bits(got.numpy(), x.reshape(new))
+    traced = tessera_ref.jit(lambda X: op.reshape(X, new))(T(x, spec))  # the trace plans for the same mesh
+    assert traced.type == got.type and same_bits(traced.numpy(), got.numpy())
+    moved = got.layout.dims != ((),) * len(new)
+    assert (MESH.axis_size(spec.mesh_axes[0]) * got.nbytes_per_device == got.nbytes) == moved  # no gather
+
+
+@pytest.mark.parametrize("spec", [S(("row",), ("tp",)), S(("row", "col"), ("dp", "tp")), S(("col",), ("pp",))])
+def test_concat_and_split_keep_the_splits_off_their_axis(spec):
+    parts = [rnd(6, 6, seed=s) for s in range(3)]
+    X = [T(p, spec) for p in parts]
+    for axis in (0, 1):
+        joined = op.concat(X, axis=axis)
+        want = tuple(() if d == axis else a for d, a in enumerate(X[0].layout.dims))
+        assert joined.layout.dims == want and same_bits(joined.numpy(), np.concatenate(parts, axis))
+        back = op.split(joined, [6, 12], axis=axis)
+        assert all(b.layout.dims == want for b in back)
+        assert same_bits(back[1].numpy(), np.concatenate(parts[1:], axis))
+    mixed = op.concat([X[0], T(parts[1], S())], axis=0)  # operands move to the first one's splits
+    assert mixed.layout.dims == ((), X[0].layout.dims[1])
+    c = [rnd(6, 6, seed=s) for s in range(3)]
+    assert not op.concat([partial_from(c), X[0]], axis=0).layout.partial  # pending sums are carried out
+    assert same_bits(op.concat([partial_from(c), X[0]], axis=0).numpy(), np.concatenate([fold_f32(c), parts[0]]))
+    pending = op.split(partial_from(c), 2, axis=0)
+    assert pending[0].layout.partial == ("tp",) and same_bits(pending[1].numpy(), fold_f32(c)[3:])
 
 
 def test_reshape_of_a_pending_sum_stays_pending():
