@@ -17,7 +17,12 @@ What it shows, step by step, on the CPU:
    order (NUM-RED-3), so the output differs in the last bits (how much is printed); under
    ``reduction="exact"`` (on a smaller block: exact sums cost more) it is identical again;
    and the SHA-256 of the output, the same on every run and machine;
-5. seed 002's 1,000,000 × 1,000,000 bf16 weight as an abstract tensor: its bytes per device,
+5. the backward pass of a training step, ``grad`` of ``mean(block(x)²)`` with respect to
+   ``Wqkv`` and ``Wo`` on the mesh: its communication plan — the ``reduce_scatter``
+   transposed to one ``all_gather`` over ``tp``, and the data-parallel gradient sums, one
+   ``all_reduce`` over ``dp`` per weight — the gradients in their weights' layouts, and their
+   bits against one device (on the smaller block, in both reduction modes);
+6. seed 002's 1,000,000 × 1,000,000 bf16 weight as an abstract tensor: its bytes per device,
    and the out-of-memory error of the simulated machine.
 
 Two liberties with the seed's text, both printed: its block computes ``h = rmsnorm_safe(x)``
@@ -33,7 +38,7 @@ import os
 
 import numpy as np
 
-from . import dist, jit, op, sim
+from . import autodiff, dist, grad, jit, op, sim
 from .errors import OutOfMemoryError
 from .numerics import Policy
 
@@ -86,13 +91,31 @@ def _difference(a: np.ndarray, b: np.ndarray) -> str:
     if not differ:
         return "bit-identical to one device"
     rel = float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
-    return f"{differ} of {a.size} elements differ from one device, by at most {rel:.1e} of max|out|"
+    return f"{differ} of {a.size} elements differ from one device, by at most {rel:.1e} of the largest |value|"
 
 
 def _one_device(fn, tensors, policy):
     """``fn`` on one device, on the global values of ``tensors``."""
     with sim.paused():
         return np.asarray(fn(*(op.cast(t.numpy(), policy) for t in tensors)))
+
+
+def loss_gradients(x):
+    """``grad`` of the training loss ``mean(block(x)²)`` with respect to ``Wqkv`` and ``Wo``;
+    ``attention_block`` on one device, ``tp_block`` on the mesh."""
+    def loss(Wqkv, Wo):
+        block = tp_block if isinstance(x, dist.DistTensor) else attention_block
+        return op.mean(block(x, Wqkv, Wo) ** 2.0)
+    return grad(loss, argnums=(0, 1))
+
+
+def _gradient_bits(tensors, policy) -> str:
+    """The mesh gradients of the block on ``tensors`` against one device's."""
+    x, Wqkv, Wo = tensors
+    on_mesh = loss_gradients(x)(Wqkv, Wo)
+    single = loss_gradients(op.cast(x.numpy(), policy))(*(op.cast(t.numpy(), policy) for t in (Wqkv, Wo)))
+    return "; ".join(f"{name}: {_difference(g.numpy(), np.asarray(s))}"
+                     for name, g, s in zip(("gWqkv", "gWo"), on_mesh, single))
 
 
 def _collectives(machine) -> list:
@@ -148,11 +171,23 @@ def main(trace: str | None = None) -> int:
         print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): "
               f"{hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()}\n")
 
+    print("5. the backward pass: grad(mean(block(x)**2)) with respect to Wqkv and Wo, on the mesh")
+    with sim.use(machine):
+        step = loss_gradients(x)
+        gWqkv, gWo = step(Wqkv, Wo)
+    print("   " + autodiff.communication_plan(step).replace("\n", "\n   "))
+    print(f"   gWqkv {gWqkv.type}, gWo {gWo.type}: the weights' layouts")
+    with sim.paused():
+        for policy in ("f32", exact):
+            name = "reduction='exact'" if policy is exact else "canonical order"
+            print(f"   a 4 x 18 x 72 block, {name}: "
+                  f"{_gradient_bits(_weights(mesh, policy, 4, 18, HEADS * 4, seeds=(3, 4, 5)), policy)}")
+        print()
         big_mesh = dist.Mesh(axes=["tp", "pp", "dp"], devices=range(72))
         W = dist.tensor(shape=(1_000_000, 1_000_000),
                         layout=dist.ShardSpec(partition=("row", "col"), mesh_axes=("tp", "pp")),
                         mesh=big_mesh, dtype="bf16")
-    print(f"5. seed 002's weight on {big_mesh}: {W.type}, {W.nbytes / 1e12:.1f} TB, "
+    print(f"6. seed 002's weight on {big_mesh}: {W.type}, {W.nbytes / 1e12:.1f} TB, "
           f"{W.nbytes_per_device / 1e9:.0f} GB per device (split 8 ways, replicated over dp=9)")
     with sim.use(sim.machine("GB200-NVL72", devices=72)):
         try:
@@ -160,7 +195,8 @@ def main(trace: str | None = None) -> int:
         except OutOfMemoryError as error:
             print(f"   the simulated machine: {error.what}\n")
 
-    print("6. the simulated machine's report of the step:\n")
+    print("7. the simulated machine's report of what ran on it: the forward pass of 2. and the training step "
+          "of 5. (forward and backward):\n")
     print(machine.report())
     path = os.path.abspath(trace or TRACE)
     machine.save_trace(path)

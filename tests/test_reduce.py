@@ -140,6 +140,18 @@ def test_reduce_in_narrow_and_wide_accum(accum):
     assert same_bits(got, SCALAR[accum](warp_reduce_ref(x, "sum", accum)))
 
 
+@pytest.mark.parametrize("accum", ["f32", "f16", "bf16"])
+def test_short_axes_and_signed_zeros_match_the_32_lane_butterfly(accum):
+    # Axes shorter than 32 leave lanes at −0; the fast path stores only the lanes that get a term.
+    rng = np.random.default_rng(7)
+    for n in range(0, 41):
+        for trial in range(3):
+            x = rng.choice(np.float32([0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 2.0 ** -20, 1e4]), n)
+            got = reduce_canonical(x[None, :].repeat(2, axis=0), axis=1, accum=accum)
+            want = warp_reduce_ref(x, "sum", accum)
+            assert same_bits(got[0], SCALAR[accum](want)) and same_bits(got[1], got[0]), (n, x)
+
+
 def test_empty_and_short_axes():
     empty = reduce_canonical(np.zeros(0, np.float32))
     assert empty == 0 and np.signbit(empty)  # all lanes hold −0; −0 + −0 = −0

@@ -32,7 +32,6 @@ __all__ = ["REDUCE_OPS", "dot_canonical", "dot_tiled", "reduce_canonical",
 #: The axis reductions of NUM-RED-2.
 REDUCE_OPS = ("sum", "mean", "max", "min")
 LANES = 32
-_BUTTERFLY = (16, 8, 4, 2, 1)
 _TILE_ELEMS = 1 << 15  # outputs per inner-loop tile: the working set stays in cache (measured)
 # Fewer fmas than this run on one thread: ~4 ms of f32 fma work, which starting a second
 # thread does not repay on a busy machine (where its start can be delayed by milliseconds).
@@ -290,16 +289,20 @@ def _lane_sum(x: np.ndarray, accum: Format) -> np.ndarray:
             return round_f64_into(p + q, accum).astype(np.float64)
     x = x.astype(carrier, copy=False)
     L = x.shape[-1]
-    p = np.full(x.shape[:-1] + (LANES,), -0.0, dtype=carrier)
+    # Only lanes that receive a term are stored: the others hold −0, and p ⊕ −0 = p exactly
+    # (+0 included, under round to nearest), so butterfly steps with offset ≥ width leave
+    # lane 0 unchanged.
+    width = LANES if L >= LANES else 1 << max(L - 1, 0).bit_length()
+    p = np.full(x.shape[:-1] + (width,), -0.0, dtype=carrier)
     full = L - L % LANES
     with np.errstate(all="ignore"):
         for j in range(0, full, LANES):  # lane l folds x_l, x_{l+32}, ... left to right
             p = comb(p, x[..., j:j + LANES])
         if full < L:
             p[..., :L - full] = comb(p[..., :L - full], x[..., full:])
-        lanes = np.arange(LANES)
-        for offset in _BUTTERFLY:  # every lane l: p_l ⊕ p_{l xor offset}
-            p = comb(p, p[..., lanes ^ offset])
+        while width > 1:  # the butterfly (offsets 16, 8, 4, 2, 1), lanes 0 … offset−1 only:
+            width //= 2   # lane 0's result depends on no others, and ⊕ commutes
+            p = comb(p[..., :width], p[..., width:2 * width])
     return p[..., 0]
 
 

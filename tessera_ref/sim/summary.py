@@ -65,7 +65,8 @@ def machine_report(machine, top: int = 10) -> str:
     for d in range(n):
         busy = compute[d] + sum(comm[d, a] for a in axes)
         row = (pct(mem.peak(d)), pct(mem.live(d)), fmt_time(compute[d]),
-               *(fmt_time(comm[d, a]) for a in axes), fmt_time(tl.ready(d) - busy), fmt_time(tl.ready(d)))
+               *(fmt_time(comm[d, a]) for a in axes), fmt_time(max(0.0, tl.ready(d) - busy)),  # not -1e-21
+               fmt_time(tl.ready(d)))
         rows.setdefault(row, []).append(d)
     headers = ["devices", "HBM peak", "HBM live", "compute", *(f"comm[{a}]" for a in axes), "waiting", "finish"]
     lines += ["", f"Devices (HBM capacity {fmt_bytes(cap)}; guideline: peak within 80%):"]

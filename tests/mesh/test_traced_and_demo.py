@@ -111,6 +111,14 @@ def test_the_demo_runs_and_reports_what_it_checked(tmp_path):
     assert "rmsnorm, gemm(Wqkv), split_qkv, flash_attention: bit-identical" in text
     assert "reduction='exact': bit-identical to one device" in text
     assert re.search(r"reduce_scatter\[tp\] +8 groups of 9 devices, 1,327,104 B per device", text)  # 4*288*1152*4 / dp
+    backward = text[text.index("5. the backward pass"):text.index("6. seed 002")]
+    plan = re.findall(r"^ +(all_gather|all_reduce|reduce_scatter|all_to_all) +over (\w+)", backward, re.M)
+    assert plan == [("all_gather", "tp"), ("all_reduce", "dp"), ("all_reduce", "dp")]  # Megatron's backward
+    assert re.search(r"all_gather +over tp .* 1,327,104 B per device", backward)  # 4*288*1152*4 / dp, as forward
+    assert re.search(r"all_reduce +over dp .* 1,769,472 B per device", backward)  # 1152*3456*4 / tp
+    assert "gWqkv tensor<1152x3456xf32, #shard<[*, tp]>>, gWo tensor<1152x1152xf32, #shard<[tp, *]>>" in backward
+    assert "reduction='exact': gWqkv: bit-identical to one device; gWo: bit-identical to one device" in backward
+    assert "waiting" in text and "-0 ns" not in text
     assert "out of memory on cuda:0" in text and "W (seed 002)" in text
     assert "Step time" in text and f"timeline written to {trace}" in text
     events = __import__("json").loads(trace.read_text())["traceEvents"]
