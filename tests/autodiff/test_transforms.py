@@ -209,3 +209,22 @@ def test_stochastic_rounding_policies_differentiate_deterministically():
     xs = np.asarray(x).astype(np.float64)
     want = np.tanh(xs) + xs * (1 - np.tanh(xs) ** 2)
     assert np.allclose(np.asarray(first).astype(np.float64), want, rtol=2 ** -6)  # a few bf16 roundings
+
+
+@pytest.mark.parametrize("slot", ["vjp", "jvp"])
+def test_an_empty_rule_slot_is_an_autodiff_error_naming_the_op_and_line(monkeypatch, slot):
+    # Every registered primitive fills both slots today; a new one that leaves a slot empty
+    # must fail with the op and the user's line, not silently give a zero derivative.
+    from tessera_ref.ops import PRIMITIVES
+    monkeypatch.setattr(PRIMITIVES["tanh"], slot, None)
+    x = np.array([0.5, -1.0], np.float32)
+
+    def f(x):
+        return op.sum(op.tanh(x))  # the line the error names
+    line = f.__code__.co_firstlineno + 1
+    call = (lambda: tr.grad(f)(x)) if slot == "vjp" else (lambda: tr.jvp(f, (x,), (np.ones(2, np.float32),)))
+    with pytest.raises(AutodiffError, match=f"tanh has no {slot} rule") as info:
+        call()
+    assert f"test_transforms.py:{line}" in str(info.value) and info.value.fix
+    monkeypatch.undo()
+    assert np.allclose(np.asarray(tr.grad(f)(x)), 1 - np.tanh(x) ** 2, rtol=1e-6)
