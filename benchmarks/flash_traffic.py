@@ -17,7 +17,12 @@ import numpy as np
 from tessera_ref import op, schedule
 from tessera_ref.lowering.cost import attention_cost, naive_attention_bytes
 
-SEED_SCHEDULE = dict(tile=(128, 128, 64), padding=1, async_copy=True, stages=3)
+def seed_schedule() -> None:
+    """Seed 003 §3.6's directives, issued inside an ``@op.kernel`` body."""
+    schedule.tile((128, 128, 64))
+    schedule.use_shared_memory(True, padding=1)
+    schedule.async_copy(True)
+    schedule.pipeline_stages(3)
 
 
 def measured(S: int, D: int):
@@ -27,18 +32,12 @@ def measured(S: int, D: int):
 
     @op.kernel
     def flash(q, k, v):
-        schedule.tile((128, 128, 64))
-        schedule.use_shared_memory(True, padding=1)
-        schedule.async_copy(True)
-        schedule.pipeline_stages(3)
+        seed_schedule()
         return op.flash_attention(q, k, v, block_k=128)
 
     @op.kernel
     def naive(q, kt, v):
-        schedule.tile((128, 128, 64))
-        schedule.use_shared_memory(True, padding=1)
-        schedule.async_copy(True)
-        schedule.pipeline_stages(3)
+        seed_schedule()
         return op.matmul(op.softmax(op.matmul(q, kt)), v)
 
     t0 = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Every tutorial in docs/tutorials runs as written: its ```python blocks, in order, as one script."""
+"""Every tutorial in docs/tutorials, and the README, runs as written: its ```python blocks, in
+order, as one script."""
 import pathlib
 import re
 import subprocess
@@ -14,7 +15,7 @@ def test_there_are_tutorials():
     assert TUTORIALS, "docs/tutorials has no tutorials"
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", TUTORIALS + [ROOT / "README.md"], ids=lambda p: p.stem)
 def test_tutorial_runs_as_written(path, tmp_path):
     blocks = re.findall(r"^```python\n(.*?)^```", path.read_text(), re.S | re.M)
     assert blocks, f"{path.name} has no python blocks"

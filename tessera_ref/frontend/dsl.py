@@ -6,8 +6,8 @@ errors name the DSL line):
 - ``y: mut f32[n]`` -> ``y: mut[f32[n]]``;
 - ``cp_async.shared.global(...)`` -> ``cp_async.shared.global_(...)`` (``global`` is a
   Python keyword);
-- Markdown code-fence lines (```` ```tessera ````) become blank lines, so a guide's code block
-  can be passed as it is.
+- Markdown code-fence lines (lines starting with three backquotes) become blank lines, so a
+  guide's code block can be passed as it is.
 """
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ the function returns one). Inside another traced function it is inlined: its ops
 caller's trace.
 
 ``f.inspect_ir("graph")`` prints the module of the most recent signature (after rewrites;
-``optimized=False`` shows the trace as recorded); ``f.trace(*args)`` traces without running.
+``optimized=False`` shows the trace as recorded); ``"schedule"``, ``"tile"`` and ``"target"``
+print that module lowered with the default schedules (:mod:`tessera_ref.lowering`);
+``f.trace(*args)`` traces without running.
 
 Called with distributed tensors (:mod:`tessera_ref.dist`), the trace carries their layouts:
 each op's sharding rule gives its results' layouts and the collectives it needs are recorded
@@ -29,9 +31,6 @@ from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
 __all__ = ["GraphFunction", "module", "jit", "TracedModule"]
-
-_LEVELS = ("graph",)
-
 
 class TracedModule:
     """One cached trace: the module as recorded and after the rewrites, and the report."""
@@ -147,15 +146,28 @@ class GraphFunction:
         return entry.structure(results)
 
     def inspect_ir(self, level: str = "graph", *, optimized: bool = True) -> str:
-        """The IR text of the most recent trace at ``level`` (``"graph"``; the schedule, tile and
-        target levels arrive with the tile issue)."""
-        if level not in _LEVELS:
-            raise OpError(f"inspect_ir: unknown or not yet available IR level {level!r}",
-                          fix=f"use one of {', '.join(_LEVELS)}")
+        """The IR text of the most recent trace at ``level``.
+
+        ``"graph"``: the Graph IR module (after the rewrites; ``optimized=False``: as traced).
+        ``"schedule"``, ``"tile"``, ``"target"``: the optimized module lowered with the default
+        schedules and the process-wide ``schedule`` directives
+        (:func:`tessera_ref.lowering.pipeline.inspect_graph`); ``"target"`` is CUDA C text
+        labelled as not yet compiled. At ``"tile"`` and ``"target"`` an op without a tile
+        lowering is a :class:`~tessera_ref.errors.LoweringError` naming the op and its source line.
+        """
+        from ..lowering.pipeline import LEVELS, inspect_graph
+        if level != "graph" and level not in LEVELS:
+            raise OpError(f"inspect_ir: unknown IR level {level!r}", fix=f"use one of graph, {', '.join(LEVELS)}")
+        if level != "graph" and not optimized:
+            raise OpError(f"inspect_ir({level!r}, optimized=False): only the graph level shows the trace as "
+                          "recorded; the lower levels lower the optimized module", fix=f"inspect_ir({level!r})")
         if self._last is None:
             raise TraceError(f"{self.name!r} has not been traced yet",
                              fix=f"call it once, or call {self.name}.trace(*example_args)")
-        return str(self._last.optimized if optimized else self._last.traced)
+        if level == "graph":
+            return str(self._last.optimized if optimized else self._last.traced)
+        from .schedule import schedule
+        return inspect_graph(self._last.optimized, level, schedule.defaults())
 
 
 def _is_dist(x) -> bool:

@@ -1,11 +1,16 @@
-"""The ``@kernel`` front end: a Python (or Tessera DSL) function body -> Tile IR (TILE-FE-*).
+"""The ``@kernel`` front end: a Python (or Tessera DSL) function body -> Tile IR (TILE-FE clauses).
 
 The body is read from its source (never run by Python) and lowered statement by statement
 with :class:`~tessera_ref.ir.tile.KernelBuilder`:
 
 - parameters: ``x: f32[n]`` (a global buffer; ``n`` a symbolic size, usable in the body),
   ``y: mut[f32[n]]`` (a buffer the kernel writes; the DSL spells it ``mut f32[n]``),
-  ``alpha: f32`` (a scalar), ``k: index``;
+  ``alpha: f32`` (a scalar), ``k: index`` (or ``k: int``). Python 3.11–3.13 evaluates
+  annotations when the ``def`` runs, before ``@kernel`` is called, so in a Python module the
+  sizes must exist as names (``n = symbols("n")``, :func:`~tessera_ref.frontend.tile_api.symbols`)
+  unless the module starts with ``from __future__ import annotations`` or quotes the
+  annotations; otherwise Python raises ``NameError`` at the ``def`` and no Tessera code runs.
+  The DSL (:meth:`_KernelDecorator.from_source`) has no such rule;
 - names: SSA values; assigning again rebinds; names assigned in a loop or an ``if`` and
   defined before it are carried out of it (so ``s0, s1 = s1, s0`` swaps buffers);
 - other free names (``BM``) are compile-time constants from the function's globals or
@@ -39,6 +44,7 @@ from ..errors import KernelError, TesseraError
 from ..ir import tile as T
 from ..ir.types import IndexType, ScalarType, TensorType
 from ..numerics import get_format
+from .tile_api import Size
 
 __all__ = ["kernel", "Kernel", "AutotunedKernel", "lower_function"]
 
@@ -324,6 +330,9 @@ class _Lower:
         elif isinstance(node, ast.Name):
             if node.id in env:
                 return env[node.id]
+            if isinstance(self.constants.get(node.id), Size):
+                raise self.error(node, f"the size {node.id!r} is used, but no parameter's annotation binds it",
+                                 fix=f"annotate a parameter with it, e.g. x: f32[{node.id}]")
             if node.id in self.constants:
                 return self.constants[node.id]
             raise self.error(node, f"name {node.id!r} is not defined in the kernel",
@@ -586,7 +595,7 @@ class Kernel:
     are updated in place) and returns the :class:`~tessera_ref.interp.tile.TileReport`.
     """
 
-    #: Extra IR views by name (``"schedule"``, ``"target"``): callables ``view(kernel) -> str``.
+    #: Extra IR views by name (``"target"``, registered by the lowering): ``view(kernel) -> str``.
     _ir_views: dict = {}
 
     def __init__(self, fn: ast.FunctionDef, filename: str, line_offset: int, constants: dict):
@@ -600,7 +609,9 @@ class Kernel:
         return Kernel(self._ast, self.filename, self._offset, {**self.constants, **constants})
 
     def inspect_ir(self, level: str = "tile") -> str:
-        """The kernel's IR text at ``level`` (``"tile"``; other levels when a lowering adds them)."""
+        """The kernel's IR text at ``level``: ``"tile"``, or ``"target"`` (the CUDA C text,
+        labelled not yet compiled; :mod:`tessera_ref.lowering` registers it). A ``@kernel``
+        is written at the tile level, so it has no ``"graph"`` or ``"schedule"`` IR."""
         if level == "tile":
             return str(self.module)
         view = self._ir_views.get(level)
@@ -645,11 +656,7 @@ class AutotunedKernel:
     def tune(self, problem: dict, preset="H100", **options):
         """Sweep the space with the cost model: ``autotune_kernel(variants, problem, preset,
         **options)`` (``problem = dict(args=..., grid=..., lanes=...)``)."""
-        try:
-            from ..lowering.autotune import autotune_kernel
-        except ImportError:
-            raise KernelError("kernel.autotune: the autotuner (tessera_ref.lowering.autotune) is not built yet",
-                              fix="run one configuration: k.base.specialize(**config)(...)") from None
+        from ..lowering.autotune import autotune_kernel
         return autotune_kernel(self.variants(), problem, preset, **options)
 
     def inspect_ir(self, level: str = "tile") -> str:
@@ -696,6 +703,10 @@ class _KernelDecorator:
     ``kernel.load(path)``."""
 
     def __call__(self, fn=None, **constants):
+        """``@kernel`` / ``@kernel(BM=64)``: the :class:`Kernel` of a Python function, read from
+        its source. Its annotations were already evaluated by Python when the ``def`` ran
+        (3.11–3.13): define the sizes with ``symbols`` or use ``from __future__ import
+        annotations`` (see the module docstring)."""
         if fn is None:
             return lambda f: self(f, **constants)
         fndef, filename, offset, found = _from_function(fn)

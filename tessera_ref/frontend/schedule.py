@@ -1,21 +1,22 @@
-"""The user-facing ``schedule`` namespace and seed 003's ``@op.kernel`` (docs/spec/lowering.md, SCHED-FE-*).
+"""The user-facing ``schedule`` namespace and seed 003's ``@op.kernel`` (docs/spec/lowering.md, SCHED-FE).
 
 ``schedule.tile((128, 128, 32))``, ``schedule.vectorize(4)``,
 ``schedule.use_shared_memory(True, padding=1)``, ``schedule.async_copy(True)``,
 ``schedule.pipeline_stages(3)``, ``schedule.swizzle("xor")`` and ``schedule.lanes(256)`` are
 *directives*: inside an ``@op.kernel`` body they set the schedule of that kernel's ops; at top
 level they set process-wide defaults that every kernel traced later starts from
-(``schedule.reset()`` clears them). Seed 001's form is accepted too::
+(``schedule.reset()`` clears them). Seed 001's form runs as the seed prints it::
 
     with schedule.pipeline(double_buffer=True):
         A_tile = schedule.prefetch(A, scope="shared")
         B_tile = schedule.prefetch(B, scope="shared")
-        C_tile = schedule.mma_sync(A_tile, B_tile)
+        C_tile = tile.mma_sync(A_tile, B_tile)
 
 ``pipeline`` turns on shared-memory staging with cp.async and 2 stages (``stages=`` for more)
 for the whole kernel (directives are kernel-wide, not scoped to the ``with`` block);
 ``prefetch`` returns its operand (staging changes where data lives, not its value) and
-``mma_sync`` is the matmul of the staged tiles. The Schedule IR shows each staged operand as
+``tile.mma_sync`` (or ``schedule.mma_sync``) is the matmul of the staged tiles. The Schedule
+IR shows each staged operand as
 ``"tessera.schedule.prefetch"(%A) {double_buffer = true, scope = "shared"}``.
 
 ``@op.kernel`` traces the function like :func:`~tessera_ref.jit` (once per argument
@@ -107,7 +108,8 @@ class _Schedule:
         return x
 
     def mma_sync(self, a, b):
-        """The matmul of two (prefetched) tiles: ``op.matmul(a, b)``."""
+        """The matmul of two (prefetched) tiles: ``op.matmul(a, b)``; seed 001 spells it
+        ``tile.mma_sync``, which is this function outside a ``@kernel`` body."""
         from ..ops.linalg import matmul
         return matmul(a, b)
 

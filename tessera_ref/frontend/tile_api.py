@@ -1,15 +1,16 @@
 """The names a ``@kernel`` body uses: ``tile``, ``tshared``, ``cp_async``, ``tbarrier``, ``mut``.
 
 A kernel body is never run by Python: :mod:`tessera_ref.frontend.kernel` reads its source
-and turns these names into Tile IR (docs/spec/tiles.md, TILE-FE-*). The objects exist so that
-``from tessera import tile, tshared, cp_async, tbarrier`` works, and calling one outside a
-kernel says so.
+and turns these names into Tile IR (docs/spec/tiles.md, TILE-FE). The objects exist so
+that ``from tessera import tile, tshared, cp_async, tbarrier`` works, and calling one outside
+a kernel says so — except ``tile.mma_sync(a, b)``, which seed 001 also writes in Python schedule
+code (``with schedule.pipeline(...)``): there it is ``op.matmul(a, b)`` (SCHED-FE-2).
 """
 from __future__ import annotations
 
 from ..errors import KernelError
 
-__all__ = ["tile", "tshared", "cp_async", "tbarrier", "mut", "symbols", "KERNEL_NAMES"]
+__all__ = ["tile", "tshared", "cp_async", "tbarrier", "mut", "symbols", "Size", "KERNEL_NAMES"]
 
 #: The operations each namespace offers inside a kernel body.
 KERNEL_NAMES = {
@@ -43,7 +44,20 @@ class _KernelOnly:
         return f"<tessera kernel name {self._path}>"
 
 
-tile = _KernelOnly("tile")
+class _Tile(_KernelOnly):
+    """``tile``: kernel-only names, plus ``mma_sync`` in seed 001's schedule form."""
+
+    def mma_sync(self, a, b):
+        """Seed 001's ``C_tile = tile.mma_sync(A_tile, B_tile)`` run by Python — in an
+        ``@op.kernel`` or ``@jit`` body, usually under ``with schedule.pipeline(...)``, or
+        eagerly — is :meth:`schedule.mma_sync <tessera_ref.frontend.schedule._Schedule.mma_sync>`:
+        ``op.matmul(a, b)`` (SCHED-FE-2). Inside a ``@kernel`` body, which Python never runs,
+        the front end reads ``tile.mma_sync`` from the source as the Tile IR ``mma`` instead."""
+        from .schedule import schedule
+        return schedule.mma_sync(a, b)
+
+
+tile = _Tile("tile")
 tshared = _KernelOnly("tshared")
 cp_async = _KernelOnly("cp_async")
 tbarrier = _KernelOnly("tbarrier")
@@ -51,8 +65,25 @@ tbarrier = _KernelOnly("tbarrier")
 mut = _KernelOnly("mut")
 
 
-def symbols(names: str) -> tuple:
-    """Placeholders for the symbolic sizes of Python kernel annotations (``M, K =
-    symbols("M K")``), so linters see the names defined; the front end reads sizes from the
-    annotations, never from these objects."""
-    return tuple(_KernelOnly(name) for name in names.split())
+class Size(str):
+    """A symbolic size name (``n``) for a Python kernel's annotations; see :func:`symbols`."""
+
+    __slots__ = ()
+
+
+def symbols(names: str):
+    """Symbolic sizes for Python kernels' annotations: ``n = symbols("n")``,
+    ``M, N, K = symbols("M N K")`` (one :class:`Size` for one name, else a tuple).
+
+    Python 3.11–3.13 evaluates a parameter's annotation when the ``def`` runs — before
+    ``@kernel`` sees the function — so ``x: f32[n]`` needs ``n`` defined, or the module must
+    start with ``from __future__ import annotations`` (or the annotation be quoted,
+    ``x: "f32[n]"``). A size is its own name as a string, so ``f32[n]`` evaluates to the
+    tensor annotation ``f32["n"]``; the front end reads the sizes from the source, where
+    each is bound from the shape of the argument whose annotation names it (TILE-FE-1).
+    """
+    sizes = tuple(Size(name) for name in names.replace(",", " ").split())
+    if not sizes or not all(name.isidentifier() for name in sizes):
+        raise KernelError(f"symbols({names!r}): expected size names separated by spaces",
+                          fix='e.g. M, N, K = symbols("M N K")')
+    return sizes[0] if len(sizes) == 1 else sizes

@@ -1,6 +1,6 @@
 """The Schedule IR dialect (``tessera.schedule``): *what* a kernel computes plus *how* it is tiled.
 
-Schedule IR sits between Graph IR and Tile IR (docs/spec/lowering.md, SCHED-IR-*). A Schedule
+Schedule IR sits between Graph IR and Tile IR (docs/spec/lowering.md, SCHED-IR). A Schedule
 IR function is a Graph IR function in which every op chosen for a kernel is wrapped in a
 ``tessera.schedule.kernel`` op:
 
@@ -9,18 +9,18 @@ IR function is a Graph IR function in which every op chosen for a kernel is wrap
     stand for the operands), optionally through ``prefetch`` ops — and ends with ``yield`` of
     the kernel's results. Its attributes are the schedule, always all present (canonical):
 
-    ============  =====  ==========================================================
-    ``op``        str    the scheduled Graph IR op's short name (``"matmul"``)
-    ``tile``      ints   the tile shape: (BM, BN, BK) for matmul, (rows,) for row ops,
-                         (elements,) for elementwise kernels
-    ``lanes``     int    lanes (threads) per tile
-    ``vectorize`` int    consecutive elements per lane access (elementwise kernels)
-    ``shared``    bool   stage operand tiles in shared memory
-    ``padding``   int    elements added to each shared-memory row (bank conflicts)
-    ``swizzle``   str    ``"none"`` or ``"xor"`` shared-memory swizzle
-    ``async_copy`` bool  global -> shared copies are cp.async (overlap load and compute)
-    ``stages``    int    shared-memory buffers per operand (2 = double buffering)
-    ============  =====  ==========================================================
+    ==============  =====  ==========================================================
+    ``op``          str    the scheduled Graph IR op's short name (``"matmul"``)
+    ``tile``        ints   the tile shape: (BM, BN, BK) for matmul and attention,
+                           (rows,) for row ops, (elements,) for elementwise kernels
+    ``lanes``       int    lanes (threads) per tile
+    ``vectorize``   int    consecutive elements per lane access (elementwise kernels)
+    ``shared``      bool   stage operand tiles in shared memory
+    ``padding``     int    elements added to each shared-memory row (bank conflicts)
+    ``swizzle``     str    ``"none"`` or ``"xor"`` shared-memory swizzle
+    ``async_copy``  bool   global -> shared copies are cp.async (overlap load and compute)
+    ``stages``      int    shared-memory buffers per operand (2 = double buffering)
+    ==============  =====  ==========================================================
 
 ``"tessera.schedule.prefetch"(%x) {scope = "shared", double_buffer = true}``
     Stage ``%x`` (a block argument of the enclosing kernel) in ``scope`` memory tile by tile
@@ -30,6 +30,9 @@ IR function is a Graph IR function in which every op chosen for a kernel is wrap
 ``"tessera.schedule.yield"(values...)``
     The terminator of a kernel's region.
 
+The dialect is closed: these three are its only ops, and the verifier rejects any other
+``tessera.schedule.*`` name as an unknown op.
+
 Executing a Schedule IR function with the Graph IR interpreter's semantics (every kernel's
 region applied to its operands, prefetch the identity) gives the Graph IR function's results:
 the schedule never changes a bit (SCHED-IR-2).
@@ -37,7 +40,7 @@ the schedule never changes a bit (SCHED-IR-2).
 from __future__ import annotations
 
 from .core import Block, Operation, Region
-from .registry import register_op
+from .registry import close_dialect, register_op
 
 __all__ = ["DIALECT", "KERNEL", "PREFETCH", "YIELD", "SCHEDULE_ATTRS", "SCOPES", "SWIZZLES",
            "kernel_op", "prefetch_op", "yield_op", "schedule_of", "body_ops"]
@@ -116,8 +119,7 @@ def _verify_yield(op: Operation) -> None:
 register_op(KERNEL, verify=_verify_kernel)
 register_op(PREFETCH, verify=_verify_prefetch)
 register_op(YIELD, verify=_verify_yield, terminator=True)
-# The dialect stays open (unregistered tessera.schedule.* names verify) because
-# tests/ir/test_ir_roundtrip.py's golden module uses a made-up "tessera.schedule.loop".
+close_dialect(DIALECT)  # any other tessera.schedule.* name is an unknown op to the verifier
 
 
 def kernel_op(operands, result_types, schedule: dict, build, *, location: str | None = None) -> Operation:

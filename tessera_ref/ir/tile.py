@@ -14,36 +14,35 @@ TILE-IR-1):
 
 Ops (operands -> results, attributes):
 
-=====================  ==============================================  =====================
-op                     operands -> results                             attributes
-=====================  ==============================================  =====================
-lane_id, linear_id,    -> index                                        ``axis`` (tile_id,
-num_lanes, tile_id,                                                    num_tiles)
-num_tiles
-dim                    global buffer -> index                          ``axis``
-constant               -> index or scalar                              ``value``
-binary                 x, y -> like x (compare, and/or: ``tensor<i1>``)  ``fn``
-unary                  x -> like x                                     ``fn``
-reduce                 fragment -> fragment (the axis kept, size 1)    ``fn``, ``axis``,
-                                                                       ``accum``
-cast                   x -> index or scalar                            -
-select                 mask, a, b -> like a                            -
-load                   buffer, index per dim -> scalar                 -
-store                  buffer, index per dim, value                    -
-alloc                  -> shared buffer                                ``swizzle``, ``pad``
-subview                buffer, offset per dim -> view                  -
-cp_async               dst view, src view                              -
-cp_async_commit        -                                               -
-cp_async_wait          -                                               ``pending``
-barrier                -                                               -
-fill                   -> fragment                                     ``value``
-frag_load              view -> fragment                                -
-frag_store             view, fragment                                  -
-mma                    a, b, acc -> fragment                           ``accum``
-for                    lb, ub, step, init... -> carried...             ``prefetch``; 1 region
-if                     cond -> results...                              2 regions
-yield                  values (terminator of for/if regions)           -
-=====================  ==============================================  =====================
+==================  ================================================  ===========================
+op                  operands -> results                               attributes
+==================  ================================================  ===========================
+lane_id, linear_id  -> index                                          -
+num_lanes           -> index                                          -
+tile_id, num_tiles  -> index                                          ``axis``
+dim                 global buffer -> index                            ``axis``
+constant            -> index or scalar                                ``value``
+binary              x, y -> like x (compare, and/or: ``tensor<i1>``)  ``fn``
+unary               x -> like x                                       ``fn``
+reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
+cast                x -> index or scalar                              -
+select              mask, a, b -> like a                              -
+load                buffer, index per dim -> scalar                   -
+store               buffer, index per dim, value                      -
+alloc               -> shared buffer                                  ``swizzle``, ``pad``
+subview             buffer, offset per dim -> view                    -
+cp_async            dst view, src view                                -
+cp_async_commit     -                                                 -
+cp_async_wait       -                                                 ``pending``
+barrier             -                                                 -
+fill                -> fragment                                       ``value``
+frag_load           view -> fragment                                  -
+frag_store          view, fragment                                    -
+mma                 a, b, acc -> fragment                             ``accum``
+for                 lb, ub, step, init... -> carried...               ``prefetch``; 1 region
+if                  cond -> results...                                2 regions
+yield               values (terminator of for/if regions)             -
+==================  ================================================  ===========================
 """
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ class _Verifier:
             close = difflib.get_close_matches(op.name.rsplit(".", 1)[1], known, n=3)
             raise op.emit_error(f"unknown op: {dialect} has no op '{op.name.rsplit('.', 1)[1]}'",
                                 fix=f"did you mean {', '.join(close)}?" if close else
+                                f"{dialect} has the ops {', '.join(sorted(known))}" if len(known) <= 30 else
                                 f"the ops of {dialect} are listed by `tessera-ref ops`")
         if info.terminator and op.parent is not None and op.parent._last is not op:
             raise op.emit_error("is a terminator but is not the last op of its block",

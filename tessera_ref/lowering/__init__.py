@@ -5,12 +5,13 @@
 - :func:`schedule_to_tile` turns each scheduled kernel into a Tile IR kernel and returns a
   :class:`LoweredProgram` that runs them in the tile interpreter;
 - :func:`lower` does both; :func:`inspect` prints one level (``"schedule"``, ``"tile"``,
-  ``"target"``); :func:`run_schedule` executes Schedule IR with Graph IR semantics;
+  ``"target"``) of a lowered program, :func:`inspect_graph` of a Graph IR module;
+  :func:`run_schedule` executes Schedule IR with Graph IR semantics;
 - :mod:`.autotune` sweeps schedule or kernel spaces with the cost model.
 """
 from .graph_to_schedule import graph_to_schedule, fit_schedule, family_of
 from .schedule_to_tile import LoweredProgram, schedule_to_tile
-from .pipeline import inspect, lower, run_schedule
+from .pipeline import inspect, inspect_graph, lower, run_schedule
 
 
 def _register_kernel_views() -> None:
@@ -23,4 +24,4 @@ def _register_kernel_views() -> None:
 _register_kernel_views()
 
 __all__ = ["graph_to_schedule", "fit_schedule", "family_of", "schedule_to_tile", "LoweredProgram", "lower",
-           "inspect", "run_schedule"]
+           "inspect", "inspect_graph", "run_schedule"]

@@ -1,4 +1,4 @@
-"""Autotuning: sweep a space of configurations with the cost model (docs/spec/lowering.md, LOWER-TUNE-*).
+"""Autotuning: sweep a space of configurations with the cost model (docs/spec/lowering.md, LOWER-TUNE).
 
 Two entry points share one sweep engine (:func:`sweep`):
 

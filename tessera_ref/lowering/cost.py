@@ -13,7 +13,7 @@ The model counts what the tile lowering's kernels do (LOWER-COST-1), without run
   the input once per pass (reductions 1, layernorm 3, rmsnorm 2, softmax 3), a sector per
   element when the row's elements are 32 bytes apart or more, and a reduction stores each
   result from one lane (a sector each); FlashAttention reads Q once, K and V once per Q
-  tile, writes O once;
+  tile (whatever the number of stages), writes O once;
 - ``flops`` — the op's FLOPs (2·M·N·K for matmul);
 - ``seconds`` — compute time with wave quantization (``ceil(tiles / SMs)`` waves of one tile
   per SM, each at ``peak / SMs``) and memory time ``hbm_bytes / bandwidth``, overlapped
@@ -84,19 +84,22 @@ def matmul_cost(M, N, K, tile, *, itemsize=4, shared=True, padding=0, stages=2, 
 
 
 def attention_cost(Sq, Sk, D, tile, *, Dv=None, heads=1, itemsize=2, accum_itemsize=4, padding=0, stages=1,
-                   lanes=128, dtype="f16", preset="H100") -> KernelCost:
+                   async_copy=True, lanes=128, dtype="f16", preset="H100") -> KernelCost:
     """FlashAttention's cost with Q tiles of ``Br`` rows and K/V tiles of ``Bc`` rows: the
-    shared buffers of :mod:`.tile_attention` (Q, Kᵀ and V tiles; S/P, PV and the
-    accumulator in accum; per-row m, ℓ, α; the butterfly scratch) and its HBM traffic."""
+    shared buffers of :mod:`.tile_attention` (the Q tile; ``stages`` K and V blocks, one with
+    ``async_copy=False``; the Kᵀ tile; S/P, PV and the accumulator in accum; per-row m, ℓ,
+    α; the butterfly scratch) and its HBM traffic, which the number of stages does not
+    change. Loads overlap compute with ``async_copy`` and at least two stages."""
     Br, Bc = tile[0], tile[1]
     Dv = D if Dv is None else Dv
-    smem = (Br * (D + padding) + D * (Bc + padding) + Bc * (Dv + padding)) * itemsize \
+    stages = stages if async_copy else 1
+    smem = (Br * (D + padding) + stages * Bc * (D + Dv + 2 * padding) + D * (Bc + padding)) * itemsize \
         + (Br * (Bc + padding) + 2 * Br * (Dv + padding) + 3 * Br + (lanes // 32) * 32) * accum_itemsize
     elems = heads * (Sq * D + (Sq // Br) * Sk * (D + Dv) + Sq * Dv)
     flops = heads * (2 * Sq * Sk * (D + Dv) + 5 * Sq * Sk)
     tiles = heads * (Sq // Br)
     return KernelCost(smem, elems * itemsize, flops, tiles,
-                      _time(flops, elems * itemsize, tiles, stages >= 2, dtype, preset))
+                      _time(flops, elems * itemsize, tiles, async_copy and stages >= 2, dtype, preset))
 
 
 def naive_attention_bytes(Sq, Sk, D, tile, *, heads=1, itemsize=2) -> dict:
@@ -132,7 +135,8 @@ def kernel_cost(kop, preset="H100") -> KernelCost:
         q, k, v = (x.type.shape for x in op.operands)
         return attention_cost(q[-2], k[-2], q[-1], s["tile"], Dv=v[-1], heads=math.prod(q[:-2]), itemsize=itemsize,
                               accum_itemsize=t.policy.accum.dtype.itemsize, padding=s["padding"],
-                              stages=s["stages"], lanes=s["lanes"], dtype=dtype, preset=preset)
+                              stages=s["stages"], async_copy=s["async_copy"], lanes=s["lanes"], dtype=dtype,
+                              preset=preset)
     n_in = math.prod(op.operands[0].type.shape)
     n_out = math.prod(t.shape)
     if short in _ROW_PASSES:

@@ -41,7 +41,7 @@ DEFAULTS = {
 #: The directives each family takes; the others keep the family's defaults.
 _USES = {
     "matmul": ("tile", "lanes", "shared", "padding", "swizzle", "async_copy", "stages"),
-    "attention": ("tile", "lanes", "shared", "padding", "swizzle", "async_copy", "stages"),
+    "attention": ("tile", "lanes", "padding", "async_copy", "stages"),  # always shared, never swizzled
     "rows": ("tile",),
     "elementwise": ("lanes", "vectorize"),
 }

@@ -5,7 +5,7 @@ from ..errors import LoweringError
 from .graph_to_schedule import graph_to_schedule
 from .schedule_to_tile import LoweredProgram, schedule_to_tile
 
-__all__ = ["lower", "inspect", "run_schedule", "LEVELS"]
+__all__ = ["lower", "inspect", "inspect_graph", "run_schedule", "LEVELS"]
 
 #: The IR levels below Graph IR that :func:`inspect` prints.
 LEVELS = ("schedule", "tile", "target")
@@ -61,3 +61,18 @@ def inspect(program: LoweredProgram, level: str) -> str:
         from .cuda import emit_cuda
         return emit_cuda(program.tile)
     raise LoweringError(f"inspect_ir: unknown IR level {level!r}", fix=f"use 'graph' or one of {', '.join(LEVELS)}")
+
+
+def inspect_graph(graph, level: str, directives: dict | None = None) -> str:
+    """The text of a Graph IR module at ``level`` — what ``@jit``'s ``inspect_ir`` shows.
+
+    ``"schedule"`` is :func:`graph_to_schedule` alone, so ops without a tile lowering appear
+    as the Graph IR ops they are; ``"tile"`` and ``"target"`` lower every op, and an op
+    without a tile lowering is a :class:`~tessera_ref.errors.LoweringError` naming it and
+    its source line.
+    """
+    if level not in LEVELS:
+        raise LoweringError(f"inspect_ir: unknown IR level {level!r}", fix=f"use 'graph' or one of {', '.join(LEVELS)}")
+    if level == "schedule":
+        return str(graph_to_schedule(graph, directives))
+    return inspect(lower(graph, directives), level)

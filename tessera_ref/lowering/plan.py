@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from ..errors import LoweringError
 from ..ir import Operation
 from ..ir import schedule as S
+from ..ir import tile as T
 
-__all__ = ["KernelPlan", "the_op", "check_policy", "SUPPORTED_STORAGE"]
+__all__ = ["KernelPlan", "the_op", "check_policy", "check_nonempty", "each_element", "SUPPORTED_STORAGE"]
 
 #: Storage formats the tile lowering handles (the tile interpreter's formats).
-SUPPORTED_STORAGE = ("f32", "f16", "f64")
+SUPPORTED_STORAGE = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "f64")
 
 
 @dataclass
@@ -59,3 +60,26 @@ def check_policy(op: Operation, *types) -> tuple:
                             f"scaling and native overflow; got {types[0]}", location=op.location,
                             fix="run this op in the Graph IR interpreter, or change its policy")
     return storage, accum
+
+
+def check_nonempty(op: Operation) -> None:
+    """A LoweringError when a result of ``op`` has no elements: a launch needs at least one
+    tile. (Empty reduced axes are fine: the reduction of nothing is its identity.)"""
+    empty = [str(r.type) for r in op.results if 0 in r.type.shape]
+    if empty:
+        short = op.name.rsplit(".", 1)[-1]
+        raise LoweringError(f"{short}: the result {', '.join(empty)} has no elements, and a tile kernel launches "
+                            f"at least one tile", location=op.location,
+                            fix="leave out the op for empty tensors, or run it in the Graph IR interpreter")
+
+
+def each_element(kb: T.KernelBuilder, n: int, lanes: int, body) -> None:
+    """Emit ``body(e)`` for every ``e < n``, element ``e`` handled by lane ``e mod lanes``:
+    ``⌈n / lanes⌉`` rounds, round ``i`` covering ``i·lanes … i·lanes + lanes − 1`` (the
+    last round masked by a lane-varying ``if``). Consecutive lanes take consecutive
+    elements, so row-major accesses through ``e`` are coalesced."""
+    def step(i):
+        e = kb.binary("add", kb.binary("mul", i, lanes), kb.lane_id())
+        kb.if_(kb.binary("lt", e, n), then=lambda: body(e) or [])
+        return []
+    kb.for_(0, -(-n // lanes), 1, body=step)

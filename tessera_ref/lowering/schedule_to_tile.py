@@ -88,7 +88,9 @@ def _lower_kernel(kop: Operation, name: str) -> KernelPlan:
 
 
 def schedule_to_tile(schedule: Module, name: str | None = None) -> LoweredProgram:
-    """Lower the Schedule IR function ``name`` (the only one by default) to tile kernels."""
+    """Lower the Schedule IR function ``name`` (the only one by default) to tile kernels;
+    ``schedule`` is verified first (a malformed kernel or an unknown op is a VerifyError)."""
+    verify(schedule)
     funcs = [op for op in schedule.body if op.name == FUNC and (name is None or op.attributes["sym_name"] == name)]
     if len(funcs) != 1:
         raise LoweringError(f"the module holds {len(funcs)} functions named {name!r}", fix="pass name=")

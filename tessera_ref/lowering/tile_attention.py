@@ -7,19 +7,25 @@ softmax *is* the op's definition (GRAPH-FLASHATTENTION-1). Per tile (LOWER-FA-1)
 1. the Q tile is copied to shared memory once (cp.async); the output accumulator
    ``acc [Br, Dv]``, the running max ``m`` (−inf) and the running sum ``ℓ`` (+0) live in
    shared memory;
-2. for each key block: Kᵀ is staged in shared memory by the lanes (a transposing copy,
-   rows padded by ``padding``), V by cp.async; ``S = mma(Q, Kᵀ)`` from +0 (NUM-RED-1);
-3. each warp takes rows in turn: ``s = S ⊗ scale`` (masked to −inf above the causal
+2. the K and V blocks are cp.async'ed into rings of ``stages`` buffers (one without
+   ``async_copy``), rows padded by ``padding``, with the pipeline of :mod:`.tile_matmul`
+   (LOWER-MATMUL-2): a prologue commits blocks ``0 … stages−2``; block ``j`` waits for at
+   most ``stages−2`` pending groups, passes a barrier, refills the buffers of block ``j−1``
+   with block ``j+stages−1`` and commits; ``wait(0)`` after the loop retires the empty
+   groups. With one stage each block is copied, waited for and made visible before use;
+3. the lanes copy the K block transposed into a Kᵀ tile; ``S = mma(Q, Kᵀ)`` from +0
+   (NUM-RED-1);
+4. each warp takes rows in turn: ``s = S ⊗ scale`` (masked to −inf above the causal
    diagonal), ``m' = max(m, max_j s_j)``, ``shift = m'`` (0 when −inf),
    ``p_j = exp(s_j ⊖ shift)`` written over S, ``α = exp(m ⊖ shift)``,
    ``ℓ' = α ⊗ ℓ ⊕ Σ_j p_j`` with the row sum in the NUM-RED-2 warp order;
-4. ``PV = mma(P, V)`` from +0; every element ``acc' = α ⊗ acc ⊕ PV``;
-5. after the last block ``O = acc ⊘ ℓ`` rounded once into storage.
+5. ``PV = mma(P, V)`` from +0; every element ``acc' = α ⊗ acc ⊕ PV``;
+6. after the last block ``O = acc ⊘ ℓ`` rounded once into storage.
 
-Every operation and order is the Graph IR interpreter's, so the result has its bits. The
-kernel stages one key block at a time: ``stages`` and ``async_copy`` change the cost model's
-overlap (:mod:`.cost`), not this kernel, and do not change the HBM traffic the interpreter
-counts: Q read once, K and V once per Q tile, O written once.
+Every operation and order is the Graph IR interpreter's, so the result has its bits for
+every number of stages. The stages change the shared memory and when copies land, never
+the HBM traffic the interpreter counts: Q read once, K and V once per Q tile, O written
+once.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ from ..errors import LoweringError
 from ..ir import tile as T
 from ..numerics.arith import to_accum
 from ..ops.exact import math_in_accum
-from .plan import KernelPlan, check_policy, the_op
+from .plan import KernelPlan, check_policy, each_element, the_op
 from .tile_rows import warp_reduce
 
 __all__ = ["lower_attention"]
@@ -42,15 +48,6 @@ def _scale(op, D: int, accum: str) -> float:
     if "scale" in op.attributes:
         return float(to_accum(np.float64(op.attributes["scale"]), accum))
     return float(math_in_accum("rsqrt", np.float64(D), accum=accum))
-
-
-def _each(kb, n: int, lanes: int, body) -> None:
-    """``body(e)`` for every ``e < n``, element ``e`` by lane ``e mod lanes``."""
-    def step(i):
-        e = kb.binary("add", kb.binary("mul", i, lanes), kb.lane_id())
-        kb.if_(kb.binary("lt", e, n), then=lambda: body(e) or [])
-        return []
-    kb.for_(0, -(-n // lanes), 1, body=step)
 
 
 def lower_attention(kop, name: str) -> KernelPlan:
@@ -79,9 +76,12 @@ def lower_attention(kop, name: str) -> KernelPlan:
     lane = kb.lane_id()
     w, l = kb.binary("floordiv", lane, 32), kb.binary("mod", lane, 32)
     b, r0 = kb.tile_id(1), kb.binary("mul", kb.tile_id(0), Br)
+    stages = s["stages"] if s["async_copy"] else 1
+    nblk = Sk // Bc
     Qs = kb.alloc((Br, D), storage, pad=pad)
+    Ks = kb.alloc((stages, Bc, D), storage, pad=pad)
+    Vs = kb.alloc((stages, Bc, Dv), storage, pad=pad)
     Kt = kb.alloc((D, Bc), storage, pad=pad)
-    Vs = kb.alloc((Bc, Dv), storage, pad=pad)
     Ss, PVs, Acc = (kb.alloc(shape, accum, pad=pad) for shape in ((Br, Bc), (Br, Dv), (Br, Dv)))
     Ms, Ls, Al = kb.alloc((Br,), accum), kb.alloc((Br,), accum), kb.alloc((Br,), accum)
     scratch = kb.alloc((W, 32), accum)
@@ -90,24 +90,48 @@ def lower_attention(kop, name: str) -> KernelPlan:
     def split(e, cols):
         return kb.binary("floordiv", e, cols), kb.binary("mod", e, cols)
 
-    _each(kb, Br * Dv, lanes, lambda e: kb.store(Acc, list(split(e, Dv)), c(0.0)))
+    each_element(kb, Br * Dv, lanes, lambda e: kb.store(Acc, list(split(e, Dv)), c(0.0)))
     def init_row(e):
         kb.store(Ms, [e], c(-math.inf))
         kb.store(Ls, [e], c(0.0))
-    _each(kb, Br, lanes, init_row)
+    each_element(kb, Br, lanes, init_row)
     kb.cp_async(Qs, kb.subview(Q, [b, r0, 0], (Br, D)))
     kb.commit()
 
+    def slot(blk):
+        return blk % stages if isinstance(blk, int) else kb.binary("mod", blk, stages) if stages > 1 else 0
+
+    def issue(blk):
+        """cp.async key block ``blk`` of K and V into their buffers ``blk mod stages``."""
+        t0 = blk * Bc if isinstance(blk, int) else kb.binary("mul", blk, Bc)
+        kb.cp_async(kb.subview(Ks, [slot(blk), 0, 0], (Bc, D)), kb.subview(K, [b, t0, 0], (Bc, D)))
+        kb.cp_async(kb.subview(Vs, [slot(blk), 0, 0], (Bc, Dv)), kb.subview(V, [b, t0, 0], (Bc, Dv)))
+        return []
+
+    for st in range(stages - 1):  # the prologue: stages-1 groups, empty past the last block
+        if st < nblk:
+            issue(st)
+        kb.commit()
+
     def key_block(blk):
         t0 = kb.binary("mul", blk, Bc)
+        if stages == 1:  # copy, wait, and make the block visible
+            issue(blk)
+            kb.commit()
+            kb.wait(0)
+            kb.barrier()
+        else:
+            kb.wait(stages - 2)  # block blk (and Q) have landed ...
+            kb.barrier()  # ... are visible (every lane finished block blk-1 before the last barrier)
+            nxt = kb.binary("add", blk, stages - 1)
+            kb.if_(kb.binary("lt", nxt, nblk), then=lambda: issue(nxt))  # refills block blk-1's buffers
+            kb.commit()
+        k_slot = slot(blk)
 
         def stage_kt(e):
             j, d = split(e, D)
-            kb.store(Kt, [d, j], kb.load(K, [b, kb.binary("add", t0, j), d]))
-        _each(kb, Bc * D, lanes, stage_kt)
-        kb.cp_async(Vs, kb.subview(V, [b, t0, 0], (Bc, Dv)))
-        kb.commit()
-        kb.wait(0)
+            kb.store(Kt, [d, j], kb.load(Ks, [k_slot, j, d]))
+        each_element(kb, Bc * D, lanes, stage_kt)
         kb.barrier()
         kb.frag_store(Ss, kb.mma(Qs, Kt, kb.fill((Br, Bc), accum, 0.0), accum=accum))
         kb.barrier()
@@ -144,23 +168,26 @@ def lower_attention(kop, name: str) -> KernelPlan:
             return []
         kb.for_(0, Br // W, 1, body=row_step)
         kb.barrier()
-        kb.frag_store(PVs, kb.mma(Ss, Vs, kb.fill((Br, Dv), accum, 0.0), accum=accum))
+        v_block = kb.subview(Vs, [k_slot, 0, 0], (Bc, Dv))
+        kb.frag_store(PVs, kb.mma(Ss, v_block, kb.fill((Br, Dv), accum, 0.0), accum=accum))
         kb.barrier()
 
         def update(e):
             r, d = split(e, Dv)
             kb.store(Acc, [r, d], kb.binary("add", kb.binary("mul", kb.load(Al, [r]), kb.load(Acc, [r, d])),
                                             kb.load(PVs, [r, d])))
-        _each(kb, Br * Dv, lanes, update)
+        each_element(kb, Br * Dv, lanes, update)
         kb.barrier()
         return []
-    kb.for_(0, Sk // Bc, 1, body=key_block)
+    kb.for_(0, nblk, 1, body=key_block, prefetch=stages if s["async_copy"] else 0)
+    if stages > 1:
+        kb.wait(0)  # retire the empty groups committed past the last block
 
     def finish(e):
         r, d = split(e, Dv)
         out = kb.binary("div", kb.load(Acc, [r, d]), kb.load(Ls, [r]))
         kb.store(O, [b, kb.binary("add", r0, r), d], out if storage == accum else kb.cast(out, storage))
-    _each(kb, Br * Dv, lanes, finish)
+    each_element(kb, Br * Dv, lanes, finish)
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), (Sq // Br, batch), lanes, [(batch, Sq, D), (batch, Sk, D), (batch, Sk, Dv)],
                       [(batch, Sq, Dv)])

@@ -16,7 +16,7 @@ import math
 
 from ..errors import LoweringError
 from ..ir import tile as T
-from .plan import KernelPlan, check_policy, the_op
+from .plan import KernelPlan, check_nonempty, check_policy, the_op
 
 __all__ = ["lower_elementwise"]
 
@@ -27,6 +27,7 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 def lower_elementwise(kop, name: str) -> KernelPlan:
     """The tile kernel of an elementwise schedule kernel (see the module docstring)."""
     op = the_op(kop)
+    check_nonempty(op)
     short = op.name.rsplit(".", 1)[-1]
     storage, accum = check_policy(op)
     out = op.results[0].type

@@ -16,92 +16,182 @@ with ``async_copy`` the copies are cp.async with the usual software pipeline
         commit                          # (an empty group past the last tile, as CUDA code does)
         acc = mma(buffer kt % stages of A, of B, acc)
     wait(0)                             # retire the trailing empty groups
-    store D (f16/bf16 storage: via shared memory, each element rounded once; LOWER-MATMUL-3)
+    store D (narrower storage: via shared memory, each element rounded once; LOWER-MATMUL-3)
 
-Without ``async_copy`` every copy is waited for
-at once (one stage). Without ``shared`` the mma reads the global tiles directly.
+With ``C`` in a storage format narrower than accum, the accumulator starts from ``C``'s block
+converted into accum through the same shared tile (the fragment holds accum values).
+
+Without ``async_copy`` every copy is waited for at once (one stage). Without ``shared`` the
+mma reads the global tiles directly.
+
+Batched matmuls (LOWER-MATMUL-4) run their output matrices on a third grid axis: grid
+``(M/BM, N/BN, P)`` for ``P`` = the product of the result's batch axes; every operand is
+viewed as ``[P_x, rows, cols]`` (its own batch axes flattened, so the host reshapes it
+without a copy) and tile ``(·, ·, p)`` reads the operand matrix that broadcasting maps to
+output matrix ``p`` (a uniform index computed from ``p``). A transposed operand
+(``transpose_a``/``transpose_b``, stored ``[.., K, M]`` or ``[.., N, K]``) is staged by a
+transposing lane copy instead of cp.async: element ``e`` of the stored tile (row-major, so
+the global reads are coalesced) by lane ``e mod lanes``, written to its transposed place in
+the shared ``[BM, BK]`` (``[BK, BN]``) buffer. It needs ``shared``. The mma, and so every
+rounding, is the same as for untransposed operands.
 """
 from __future__ import annotations
 
+import math
+
 from ..errors import LoweringError
 from ..ir import tile as T
-from .plan import KernelPlan, check_policy, the_op
+from .plan import KernelPlan, check_nonempty, check_policy, each_element, the_op
 
-__all__ = ["lower_matmul"]
-
-
-def _check(op):
-    a, b = op.operands[0].type, op.operands[1].type
-    short = "matmul"
-    if op.attributes.get("transpose_a") or op.attributes.get("transpose_b") or a.rank != 2 or b.rank != 2:
-        raise LoweringError(f"{short}: the tile lowering handles 2-D, untransposed operands; got {a} and {b} "
-                            f"(transpose_a={op.attributes.get('transpose_a')}, "
-                            f"transpose_b={op.attributes.get('transpose_b')})", location=op.location,
-                            fix="materialize the transpose, or loop over the batch")
-    if len(op.operands) == 3 and op.operands[2].type.shape != op.results[0].type.shape:
-        raise LoweringError(f"{short}: C {op.operands[2].type} must have the result's shape "
-                            f"{list(op.results[0].type.shape)} for the tile lowering", location=op.location,
-                            fix="broadcast C to the result shape first")
+__all__ = ["lower_matmul", "matmul_dims"]
 
 
-def _epilogue(kb, acc, D, m0, n0, storage: str, accum: str, lanes: int) -> None:
-    """Store the accumulator: as it is when storage is the accum format; otherwise through a
-    shared-memory tile from which every lane rounds its elements once into storage."""
+def matmul_dims(op) -> tuple:
+    """``(batch, M, N, K)`` of a Graph IR matmul: the result's batch axes and the matrix sizes
+    with the ``transpose_a``/``transpose_b`` flags applied."""
+    a, b = op.operands[0].type.shape, op.operands[1].type.shape
+    M, K = (a[-1], a[-2]) if op.attributes.get("transpose_a") else (a[-2], a[-1])
+    N = b[-2] if op.attributes.get("transpose_b") else b[-1]
+    return tuple(op.results[0].type.shape[:-2]), M, N, K
+
+
+def _check(op, M: int, N: int) -> None:
+    c = op.operands[2].type if len(op.operands) == 3 else None
+    if c is not None and (c.rank < 2 or tuple(c.shape[-2:]) != (M, N)):
+        raise LoweringError(f"matmul: C {c} must end in the result's matrix shape [{M}, {N}] for the tile "
+                            f"lowering (its batch axes may broadcast)", location=op.location,
+                            fix="broadcast C's last two axes to the result shape first")
+
+
+class _Operand:
+    """One global operand of the kernel: buffer ``buf`` holding ``[P_x,] rows, cols`` matrices,
+    stored transposed or not, and ``batch``, the uniform index of the matrix this tile reads
+    (``None`` for an unbatched kernel)."""
+
+    def __init__(self, kb, buf, batch, transposed: bool):
+        self.kb, self.buf, self.batch, self.transposed = kb, buf, batch, transposed
+
+    def _at(self, *index) -> list:
+        return ([] if self.batch is None else [self.batch]) + list(index)
+
+    def block_element(self, r0, c0, e, cols: int) -> tuple:
+        """``(index in the buffer, [row, column] in the block)`` of element ``e`` (row-major)
+        of the ``· × cols`` block of the stored matrix at (``r0``, ``c0``)."""
+        kb = self.kb
+        r, c = kb.binary("floordiv", e, cols), kb.binary("mod", e, cols)
+        return self._at(kb.binary("add", r0, r), kb.binary("add", c0, c)), [r, c]
+
+    def view(self, r0, c0, shape):
+        """The global ``shape`` box of the stored matrix at (row ``r0``, column ``c0``)."""
+        return self.kb.subview(self.buf, self._at(r0, c0), shape)
+
+    def stage(self, dst, r0, c0, shape, lanes: int) -> None:
+        """Copy the logical ``shape`` tile at (``r0``, ``c0``) into the shared view ``dst``:
+        cp.async, or a transposing lane copy of the stored ``shape[::-1]`` tile."""
+        kb = self.kb
+        if not self.transposed:
+            kb.cp_async(dst, self.view(r0, c0, shape))
+            return
+
+        def copy(e):  # the stored tile is [shape[1], shape[0]] at (c0, r0)
+            index, (i, j) = self.block_element(c0, r0, e, shape[0])
+            kb.store(dst, [j, i], kb.load(self.buf, index))
+        each_element(kb, shape[0] * shape[1], lanes, copy)
+
+
+def _batch_index(kb, p, out_batch: tuple, x_batch: tuple):
+    """The flat index of the operand matrix (batch axes ``x_batch``, broadcast NumPy-style
+    to ``out_batch``) that output matrix ``p`` (row-major over ``out_batch``) reads."""
+    if tuple(x_batch) == tuple(out_batch):
+        return p
+    aligned = (1,) * (len(out_batch) - len(x_batch)) + tuple(x_batch)
+    index, stride = 0, 1
+    for axis in range(len(out_batch) - 1, -1, -1):
+        if aligned[axis] != 1:
+            coord = kb.binary("mod", kb.binary("floordiv", p, math.prod(out_batch[axis + 1:])), out_batch[axis])
+            term = kb.binary("mul", coord, stride) if stride != 1 else coord
+            index = term if isinstance(index, int) else kb.binary("add", index, term)
+        stride *= aligned[axis]
+    return index if not isinstance(index, int) else kb.const(index)
+
+
+def _initial(kb, C, staged, m0, n0, shape, accum: str, lanes: int):
+    """The accumulator's start value: the block of ``C`` — as it is when storage is the accum
+    format, otherwise converted (exactly) into accum element by element through the shared
+    ``staged`` tile, since the accumulator fragment must hold accum values."""
+    if staged is None:
+        return kb.frag_load(C.view(m0, n0, shape))
+
+    def element(e):
+        index, local = C.block_element(m0, n0, e, shape[1])
+        kb.store(staged, local, kb.cast(kb.load(C.buf, index), accum))
+    each_element(kb, shape[0] * shape[1], lanes, element)
+    kb.barrier()
+    acc = kb.frag_load(staged)
+    kb.barrier()  # every lane has its copy before the epilogue reuses the tile
+    return acc
+
+
+def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int) -> None:
+    """Store the accumulator into the output operand ``D``: as it is when storage is the
+    accum format; otherwise through the shared accum tile ``staged``, from which every lane
+    rounds its elements once into storage."""
     BM, BN = acc.type.shape
-    if storage == accum:
-        kb.frag_store(kb.subview(D, [m0, n0], (BM, BN)), acc)
+    if staged is None:
+        kb.frag_store(D.view(m0, n0, (BM, BN)), acc)
         return
-    staged = kb.alloc((BM, BN), accum)
     kb.frag_store(staged, acc)
     kb.barrier()
 
-    def element(i):
-        e = kb.binary("add", kb.binary("mul", i, lanes), kb.lane_id())
-        r, c = kb.binary("floordiv", e, BN), kb.binary("mod", e, BN)
-
-        def store():
-            v = kb.cast(kb.load(staged, [r, c]), storage)
-            kb.store(D, [kb.binary("add", m0, r), kb.binary("add", n0, c)], v)
-            return []
-        kb.if_(kb.binary("lt", e, BM * BN), then=store)
-        return []
-    kb.for_(0, -(-BM * BN // lanes), 1, body=element)
+    def element(e):
+        index, local = D.block_element(m0, n0, e, BN)
+        kb.store(D.buf, index, kb.cast(kb.load(staged, local), storage))
+    each_element(kb, BM * BN, lanes, element)
 
 
 def lower_matmul(kop, name: str) -> KernelPlan:
     """The tile kernel of a matmul schedule kernel (see the module docstring)."""
     op = the_op(kop)
-    _check(op)
+    check_nonempty(op)
+    batch, M, N, K = matmul_dims(op)
+    _check(op, M, N)
     storage, accum = check_policy(op)
     s = kop.attributes
     BM, BN, BK = s["tile"]
-    (M, K), N = op.operands[0].type.shape, op.operands[1].type.shape[1]
+    lanes = s["lanes"]
+    flags = [bool(op.attributes.get(f)) for f in ("transpose_a", "transpose_b")]
     if M % BM or N % BN or K % BK:
-        raise LoweringError(f"matmul {M}x{K} @ {K}x{N}: tile {BM}x{BN}x{BK} does not divide the shape",
-                            location=op.location, fix="let fit_schedule choose the tile")
-    has_c = len(op.operands) == 3
-    params = [("A", T.buffer((M, K), storage)), ("B", T.buffer((K, N), storage))]
-    params += [("C", T.buffer((M, N), storage))] if has_c else []
-    params.append(("D", T.buffer((M, N), storage), True))
+        raise LoweringError(f"matmul {M}x{K} @ {K}x{N}: tile {BM}x{BN}x{BK} does not divide M={M}, N={N}, "
+                            f"K={K}", location=op.location,
+                            fix="pick tile sizes that divide them: schedule.tile((BM, BN, BK))")
+    if any(flags) and not s["shared"]:
+        raise LoweringError(f"matmul with transpose_a={flags[0]}, transpose_b={flags[1]}: the tile lowering "
+                            f"stages a transposed operand through shared memory, and this schedule has none",
+                            location=op.location, fix="schedule.use_shared_memory(True) (the matmul default)")
+    P = math.prod(batch)
+    stored = [(K, M) if flags[0] else (M, K), (N, K) if flags[1] else (K, N)] + [(M, N)] * (len(op.operands) - 1)
+    batches = [tuple(v.type.shape[:-2]) for v in op.operands] + [batch]
+    shapes = [(math.prod(b),) + m if batch else m for b, m in zip(batches, stored)]
+    labels = ["A", "B", "C"][:len(op.operands)] + ["D"]
+    params = [(label, T.buffer(shape, storage)) for label, shape in zip(labels, shapes)]
+    params[-1] += (True,)
     kb = T.KernelBuilder(name, params, location=op.location)
-    A, B, *Cs, D = kb.params
     m0 = kb.binary("mul", kb.tile_id(0), BM)
     n0 = kb.binary("mul", kb.tile_id(1), BN)
-    acc = kb.frag_load(kb.subview(Cs[0], [m0, n0], (BM, BN))) if has_c else kb.fill((BM, BN), accum, 0.0)
+    p = kb.tile_id(2) if batch else None
+    A, B, *Cs, D = (_Operand(kb, buf, None if p is None else _batch_index(kb, p, batch, b), t)
+                    for buf, b, t in zip(kb.params, batches, flags + [False] * (len(op.operands) - 1)))
+    staged = kb.alloc((BM, BN), accum) if storage != accum else None
+    acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes) if Cs else kb.fill((BM, BN), accum, 0.0)
     nk = K // BK
 
     def k_offset(kt):
         return kt * BK if isinstance(kt, int) else kb.binary("mul", kt, BK)
 
-    def a_tile(kt):
-        return kb.subview(A, [m0, k_offset(kt)], (BM, BK))
-
-    def b_tile(kt):
-        return kb.subview(B, [k_offset(kt), n0], (BK, BN))
-
     if not s["shared"]:
-        acc, = kb.for_(0, nk, 1, init=[acc], body=lambda kt, acc: [kb.mma(a_tile(kt), b_tile(kt), acc,
-                                                                            accum=accum)])
+        acc, = kb.for_(0, nk, 1, init=[acc], body=lambda kt, acc: [kb.mma(A.view(m0, k_offset(kt), (BM, BK)),
+                                                                            B.view(k_offset(kt), n0, (BK, BN)),
+                                                                            acc, accum=accum)])
     else:
         stages = s["stages"] if s["async_copy"] else 1
         sA = kb.alloc((stages, BM, BK), storage, swizzle=s["swizzle"], pad=s["padding"])
@@ -113,8 +203,8 @@ def lower_matmul(kop, name: str) -> KernelPlan:
 
         def issue(kt):
             dst_a, dst_b = buffers(kt)
-            kb.cp_async(dst_a, a_tile(kt))
-            kb.cp_async(dst_b, b_tile(kt))
+            A.stage(dst_a, m0, k_offset(kt), (BM, BK), lanes)
+            B.stage(dst_b, k_offset(kt), n0, (BK, BN), lanes)
             return []
 
         for st in range(stages - 1):  # the prologue: stages-1 groups, empty past the last K tile
@@ -140,7 +230,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
         acc, = kb.for_(0, nk, 1, init=[acc], body=body, prefetch=stages if s["async_copy"] else 0)
         if stages > 1:
             kb.wait(0)  # retire the empty groups committed past the last K tile
-    _epilogue(kb, acc, D, m0, n0, storage, accum, s["lanes"])
+    _epilogue(kb, acc, D, staged, m0, n0, storage, lanes)
     func = kb.finish().body.first_op
-    shapes = [(M, K), (K, N)] + ([(M, N)] if has_c else [])
-    return KernelPlan(func.detach(), (M // BM, N // BN), s["lanes"], shapes, [(M, N)])
+    grid = (M // BM, N // BN) + ((P,) if batch else ())
+    return KernelPlan(func.detach(), grid, lanes, shapes[:-1], shapes[-1:])

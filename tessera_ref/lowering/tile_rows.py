@@ -26,7 +26,7 @@ import math
 from ..errors import LoweringError
 from ..ir import tile as T
 from ..numerics import get_format
-from .plan import KernelPlan, check_policy, the_op
+from .plan import KernelPlan, check_nonempty, check_policy, the_op
 
 __all__ = ["lower_rows", "row_view", "warp_reduce"]
 
@@ -145,6 +145,7 @@ def _normalize(W: _Warps, x, y, params, center: bool, eps: float) -> None:
 def lower_rows(kop, name: str) -> KernelPlan:
     """The tile kernel of a row-family schedule kernel (see the module docstring)."""
     op = the_op(kop)
+    check_nonempty(op)
     short = op.name.rsplit(".", 1)[-1]
     storage, accum = check_policy(op)
     O, L, I = row_view(op)

@@ -29,7 +29,7 @@ GOLDEN = r'''"tessera.module"() ({
     %scale = "tessera.graph.constant"() {value = dense<"0x0000003E"> : tensor<1xf32>} : () -> tensor<1xf32> loc("attention.py":7)
     %0 = "test.matmul"(%q, %k) {tile_shape = [128, 128, 64], transpose_b = true} : (tensor<[B]x[S]x64xbf16>, tensor<[B]x[S]x64xbf16>) -> tensor<[B]x[S]x[S]xf32> loc("attention.py":12)
     %1, %2 = "test.softmax_stats"(%0) {axis = -1, eps = 1e-06, neg_zero = -0.0, ninf = -inf, not_a_number = nan, other_nan = nan(0xfff8000000000001), pinf = inf} : (tensor<[B]x[S]x[S]xf32>) -> (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>) loc("attention.py":13)
-    %3 = "tessera.schedule.loop"(%1, %w) ({
+    %3 = "test.loop"(%1, %w) ({
     ^bb0(%i: index, %acc: tensor<[B]x[S]x[S]xf32>):
       %4 = "test.add"(%acc, %1) : (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]x[S]xf32>) -> tensor<[B]x[S]x[S]xf32> loc("a \"quoted\" name\twith tab")
       "test.yield"(%4) : (tensor<[B]x[S]x[S]xf32>) -> ()

@@ -7,7 +7,7 @@ from tessera_ref.lowering import lower
 
 def bits(x: np.ndarray) -> np.ndarray:
     x = np.atleast_1d(np.asarray(x))
-    return x.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
 
 
 def lowered(fn, *args, directives=None, checks=True):

@@ -5,7 +5,9 @@ import pytest
 from lowering_helpers import assert_same_bits, lowered
 
 from tessera_ref import op
-from tessera_ref.errors import LoweringError
+from tessera_ref.errors import LoweringError, TileRaceError
+from tessera_ref.interp.tile import run
+from tessera_ref.ir import parse_module
 from tessera_ref.ir import schedule as S
 from tessera_ref.lowering.autotune import shared_bytes
 from tessera_ref.lowering.cost import attention_cost, kernel_cost, naive_attention_bytes
@@ -31,6 +33,61 @@ def test_flash_attention_matches_graph(dtype, causal):
     assert list(kop.attributes["tile"]) == [32, 32, 32]  # Bc is the op's block_k, whatever was asked
     cost = kernel_cost(kop)
     assert cost.hbm_bytes == reports[0].counters.hbm_bytes and cost.smem_bytes == shared_bytes(program.tile)
+
+
+QKV_SHAPES = ((2, 64, 32), (2, 96, 32), (2, 96, 16))  # 3 key blocks of 32
+
+
+def _flash_reference(q, k, v):
+    """Attention in float64 (an independent check of the values, not of the bits)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("stages,async_copy", [(1, True), (2, True), (3, True), (5, True), (3, False)])
+def test_flash_attention_honours_the_pipeline_stages(stages, async_copy):
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in QKV_SHAPES)
+    got, want, reports, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
+                                          directives=dict(tile=(32, 32, 32), stages=stages, async_copy=async_copy))
+    assert_same_bits(got, want)
+    assert np.allclose(got[0], _flash_reference(q, k, v), rtol=1e-5, atol=1e-6)
+    assert reports[0].findings == []  # race, visibility and uninitialized-read checkers on
+    buffers = stages if async_copy else 1
+    text = str(program.tile)
+    for shape in (f"{buffers}x32x32xf32", f"{buffers}x32x16xf32"):  # the K and V rings
+        assert f"-> tensor<{shape}>" in text
+    assert ("pending = %d" % (buffers - 2) in text) == (buffers > 1)
+    cost = kernel_cost(_kernels(program)[0])
+    # Q once, K and V once per 32-row Q tile, O once (f32): the stages change no HBM byte
+    assert cost.hbm_bytes == reports[0].counters.hbm_bytes == 2 * (64 * 32 + 2 * 96 * (32 + 16) + 64 * 16) * 4
+    assert cost.smem_bytes == shared_bytes(program.tile)
+
+
+def test_flash_attention_overlaps_loads_only_when_pipelined():
+    q, k, v = (RNG.standard_normal(shape).astype(np.float16) for shape in QKV_SHAPES)
+    costs = {}
+    for stages, async_copy in ((1, True), (2, True), (2, False)):
+        _, _, _, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
+                                   directives=dict(stages=stages, async_copy=async_copy), checks=False)
+        costs[stages, async_copy] = kernel_cost(_kernels(program)[0])
+    assert costs[1, True].seconds == costs[2, False].seconds > costs[2, True].seconds
+    assert costs[2, True].smem_bytes - costs[1, True].smem_bytes == 32 * (32 + 16) * 2  # one more K and V block
+
+
+def test_planted_missing_barrier_in_the_attention_pipeline_is_a_race():
+    """Without the barrier after ``wait``, lanes read K blocks other lanes' copies brought in."""
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in QKV_SHAPES)
+    _, _, _, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
+                               directives=dict(tile=(32, 32, 32), stages=2))
+    text = str(program.tile)
+    wait = text.index('"tessera.tile.cp_async_wait"() {pending = 0}')
+    at = text.index('"tessera.tile.barrier"', wait)  # the barrier that follows it in the key-block loop
+    broken = parse_module(text[:text.rindex("\n", 0, at)] + text[text.index("\n", at):])
+    out = np.zeros((2, 64, 16), np.float32)
+    with pytest.raises(TileRaceError, match=r"reads smem@\S+\[0, \d+, \d+\].*read-after-write race"):  # the K ring
+        run(broken, [q, k, v, out], grid=(2, 2), lanes=128, checks=True)
 
 
 def test_flash_attention_with_a_scale_and_a_block_that_does_not_divide():

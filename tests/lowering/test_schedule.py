@@ -1,47 +1,22 @@
 """SCHED-*: the Schedule IR dialect, Graph -> Schedule lowering and the ``schedule`` front end."""
 import numpy as np
 import pytest
-from lowering_helpers import assert_same_bits, bits
+from lowering_helpers import bits
+from schedule_helpers import SEED_001_PREFETCH
 
 import tessera_ref as t
 from tessera_ref import op, schedule
-from tessera_ref.errors import KernelError, TraceError
+from tessera_ref.errors import KernelError, LoweringError, TraceError
 from tessera_ref.ir import VerifyError, parse_module, verify
 from tessera_ref.lowering import fit_schedule, graph_to_schedule, lower, run_schedule, schedule_to_tile
 
 RNG = np.random.default_rng(3)
-
-SEED_001_PREFETCH = '''"tessera.module"() ({
-  "tessera.func"() ({
-  ^bb0(%A: tensor<128x64xf32>, %B: tensor<64x128xf32>):
-    %C = "tessera.schedule.kernel"(%A, %B) ({
-    ^bb0(%a: tensor<128x64xf32>, %b: tensor<64x128xf32>):
-      %smemA = "tessera.schedule.prefetch"(%a) {scope="shared", double_buffer=true} : (tensor<128x64xf32>) -> tensor<128x64xf32>
-      %smemB = "tessera.schedule.prefetch"(%b) {scope="shared", double_buffer=true} : (tensor<64x128xf32>) -> tensor<64x128xf32>
-      %c = "tessera.graph.matmul"(%smemA, %smemB) {transpose_a = false, transpose_b = false} : (tensor<128x64xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
-      "tessera.schedule.yield"(%c) : (tensor<128x128xf32>) -> ()
-    }) {async_copy = true, lanes = 128, op = "matmul", padding = 1, shared = true, stages = 2, swizzle = "none", tile = [64, 64, 32], vectorize = 1} : (tensor<128x64xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>
-    "tessera.return"(%C) : (tensor<128x128xf32>) -> ()
-  }) {function_type = (tensor<128x64xf32>, tensor<64x128xf32>) -> tensor<128x128xf32>, sym_name = "gemm"} : () -> ()
-}) : () -> ()'''
 
 
 def _graph(fn, *args):
     g = t.jit(fn)
     g(*args)
     return g.trace(*args)
-
-
-def test_seed_001_prefetch_text_parses_verifies_and_lowers():
-    module = parse_module(SEED_001_PREFETCH)
-    verify(module)
-    text = str(module)
-    assert 'double_buffer = true, scope = "shared"' in text
-    assert str(parse_module(text)) == text  # printed form round-trips byte for byte
-    a, b = RNG.standard_normal((128, 64)).astype(np.float32), RNG.standard_normal((64, 128)).astype(np.float32)
-    (got,), reports = schedule_to_tile(module).run(a, b, checks=True)
-    assert_same_bits([got], [np.asarray(op.matmul(a, b).data)])
-    assert reports[0].counters.smem_wavefronts == reports[0].counters.smem_ideal_wavefronts  # padding=1
 
 
 def test_schedule_and_tile_text_round_trip():
@@ -73,6 +48,17 @@ def test_verifier_rejects_malformed_schedules(mutate, message):
         verify(parse_module(mutate(SEED_001_PREFETCH)))
 
 
+def test_the_dialect_is_closed():
+    for name in ("stage", "loop"):
+        module = parse_module(SEED_001_PREFETCH.replace('"tessera.schedule.prefetch"(%a)',
+                                                         f'"tessera.schedule.{name}"(%a)'))
+        with pytest.raises(VerifyError, match=f"unknown op: tessera.schedule has no op '{name}'.*"
+                                              "has the ops kernel, prefetch, yield"):
+            verify(module)
+        with pytest.raises(VerifyError, match="unknown op"):
+            schedule_to_tile(module)
+
+
 def test_fit_shrinks_tiles_to_divisors_and_drops_unused_directives():
     a = np.ones((96, 80), np.float32)
     graph = _graph(lambda a, b: op.matmul(a, b), a, a.T.copy())
@@ -81,58 +67,7 @@ def test_fit_shrinks_tiles_to_divisors_and_drops_unused_directives():
     assert s["tile"] == [96, 96, 20] and s["vectorize"] == 1 and s["stages"] == 1 and not s["async_copy"]
 
 
-# -- the front end (seed 003 and seed 001 forms) ----------------------------------------
-
-@op.kernel
-def vec_add(A, B, C):
-    schedule.vectorize(4)   # load 4 elements per thread
-    C[:] = A + B
-
-
-@op.kernel
-def matmul_plus(A, B, C):
-    schedule.tile((128, 128, 32))
-    schedule.use_shared_memory(True, padding=1)
-    schedule.async_copy(True)
-    return A @ B + C
-
-
-@op.kernel
-def pipelined(A, B):
-    with schedule.pipeline(double_buffer=True):
-        A_tile = schedule.prefetch(A, scope="shared")
-        B_tile = schedule.prefetch(B, scope="shared")
-        C_tile = schedule.mma_sync(A_tile, B_tile)
-    return C_tile
-
-
-def test_seed_003_vec_add_writes_its_output_parameter():
-    A, B = RNG.standard_normal(1000).astype(np.float32), RNG.standard_normal(1000).astype(np.float32)
-    C = np.zeros(1000, np.float32)
-    out = vec_add(A, B, C)
-    assert np.array_equal(C, A + B) and np.array_equal(np.asarray(out.data), C)
-    assert 'vectorize = 4' in vec_add.inspect_ir("schedule")
-    assert vec_add.reports[0].grid == (2,)  # 1000 elements / (128 lanes x 4)
-
-
-def test_seed_003_matmul_with_smem_staging():
-    A, B, C = (RNG.standard_normal((128, 128)).astype(np.float32) for _ in range(3))
-    out = matmul_plus(A, B, C)
-    assert_same_bits([np.asarray(out.data)], matmul_plus.reference(A, B, C))
-    sched = matmul_plus.inspect_ir("schedule")
-    assert 'padding = 1' in sched and 'tile = [128, 128, 32]' in sched and 'async_copy = true' in sched
-    assert matmul_plus.reports[0].counters.smem_conflict_wavefronts == 0
-    assert "NOT YET COMPILED" in matmul_plus.inspect_ir("target")
-
-
-def test_seed_001_pipeline_prefetch_mma_sync():
-    A, B = RNG.standard_normal((64, 32)).astype(np.float32), RNG.standard_normal((32, 64)).astype(np.float32)
-    out = pipelined(A, B)
-    assert_same_bits([np.asarray(out.data)], pipelined.reference(A, B))
-    sched = pipelined.inspect_ir("schedule")
-    assert sched.count('"tessera.schedule.prefetch"') == 2 and 'double_buffer = true, scope = "shared"' in sched
-    assert "tessera.tile.cp_async_wait" in pipelined.inspect_ir("tile")
-
+# -- the front end (the seeds' own forms are in test_seed_schedules.py) --------------------
 
 def test_top_level_directives_are_defaults_until_reset():
     try:
@@ -168,3 +103,45 @@ def test_front_end_errors():
         B[1:] = A
     with pytest.raises(KernelError, match="assigned whole"):
         partial(np.ones(4, np.float32), np.ones(4, np.float32))
+
+
+# -- @jit functions show the levels below Graph IR ----------------------------------------
+
+@t.jit
+def matmul_softmax(a, b):
+    return op.softmax(op.matmul(a, b), axis=-1)
+
+
+def test_jit_inspect_ir_lowers_the_last_trace():
+    a = RNG.standard_normal((64, 32)).astype(np.float32)
+    b = RNG.standard_normal((32, 64)).astype(np.float32)
+    matmul_softmax(a, b)
+    sched = matmul_softmax.inspect_ir("schedule")
+    kernels = [ln for ln in sched.splitlines() if '"tessera.schedule.kernel"' in ln]
+    assert len(kernels) == 2 and '"tessera.graph.matmul"' in sched and '"tessera.graph.softmax"' in sched
+    assert 'op = "matmul"' in sched and 'op = "softmax"' in sched
+    tile = matmul_softmax.inspect_ir("tile")
+    again = parse_module(tile)
+    verify(again)
+    assert str(again) == tile and tile.count('"tessera.func"') == 2
+    target = matmul_softmax.inspect_ir("target")
+    assert "NOT YET COMPILED" in target and target.count("__global__ void") == 2
+    # the same text as lowering the optimized trace directly
+    assert tile == str(lower(matmul_softmax.trace(a, b)).tile)
+
+
+def test_jit_inspect_ir_errors():
+    @t.jit
+    def exp_then_sum(x):
+        return op.sum(op.exp(x), axis=0)
+    with pytest.raises(TraceError, match="has not been traced"):
+        exp_then_sum.inspect_ir("tile")
+    exp_then_sum(np.ones((4, 8), np.float32))
+    line = exp_then_sum.fn.__code__.co_firstlineno + 2  # the decorator, the def, then the op
+    for level in ("tile", "target"):
+        with pytest.raises(LoweringError, match=rf"'tessera.graph.exp' has no tile lowering.*test_schedule.py:{line}\]"):
+            exp_then_sum.inspect_ir(level)
+    sched = exp_then_sum.inspect_ir("schedule")  # the exp stays a Graph IR op; the sum is scheduled
+    assert '"tessera.graph.exp"' in sched and 'op = "sum"' in sched
+    with pytest.raises(t.TesseraError, match="IR level 'llvm'"):
+        exp_then_sum.inspect_ir("llvm")

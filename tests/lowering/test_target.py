@@ -66,6 +66,8 @@ def test_matmul_target_text_is_labelled_and_has_the_pipeline():
     (lambda a: op.softmax(a), (A,), {}),
     (lambda a: op.mean(a, axis=0), (A,), {}),
     (lambda a, b: op.maximum(a, b) * 2.0, (A, A), dict(vectorize=4)),
+    (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32), (A, A, A), dict(stages=3, padding=1)),
+    (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), (A, A, A), dict(stages=1)),
 ])
 def test_generated_cuda_c_parses(fn, args, directives, tmp_path):
     _syntax_check(inspect(_program(fn, *args, **directives), "target"), tmp_path)

@@ -251,7 +251,7 @@ def test_inspect_ir_errors():
         f.inspect_ir()
     f(np.ones(1, np.float32))
     with pytest.raises(OpError, match="IR level"):
-        f.inspect_ir("tile")
+        f.inspect_ir("bogus")
 
 
 def test_interpreter_checks_arguments():

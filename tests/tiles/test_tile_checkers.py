@@ -17,6 +17,12 @@ def _f16(n, seed):
     return np.random.default_rng(seed).standard_normal(n).astype(np.float16)
 
 
+def _expect(error, match: str, src: str, *arrays, lanes: int) -> None:
+    """The DSL kernel ``src`` run on one tile of ``lanes`` lanes raises ``error`` matching ``match``."""
+    with pytest.raises(error, match=match):
+        kernel.from_source(src)(*arrays, grid=1, lanes=lanes)
+
+
 def test_double_buffer_without_its_trailing_barrier_is_a_war_race():
     k = kernel.from_source(AXPY_DB.replace("TRAILING", "pass"))
     with pytest.raises(TileRaceError) as info:
@@ -87,8 +93,8 @@ def k(X: f32[m], Y: mut f32[m]):
     for t in tile.range(m, step=128):
         cp_async.shared.global(s, X[t:t+128])
 '''
-    with pytest.raises(TileBoundsError, match=r"X\[128:256\] in axis 0 \(size 200"):
-        kernel.from_source(src)(np.zeros(200, np.float32), np.zeros(200, np.float32), grid=1, lanes=32)
+    _expect(TileBoundsError, r"X\[128:256\] in axis 0 \(size 200", src, np.zeros(200, np.float32),
+            np.zeros(200, np.float32), lanes=32)
 
 
 def test_uninitialized_shared_read():
@@ -102,8 +108,8 @@ def k(Y: mut f32[n]):
     tbarrier()
     Y[i] = s[i]
 '''
-    with pytest.raises(TileUninitializedError, match=r"reads s\[32\] by lanes 32-63 .*nothing has written.*:9\]"):
-        kernel.from_source(src)(np.zeros(64, np.float32), grid=1, lanes=64)
+    _expect(TileUninitializedError, r"reads s\[32\] by lanes 32-63 .*nothing has written.*:9\]", src,
+            np.zeros(64, np.float32), lanes=64)
 
 
 def test_divergent_barrier():
@@ -115,8 +121,8 @@ def k(Y: mut f32[n]):
         tbarrier()
     Y[i] = 1.0
 '''
-    with pytest.raises(TileBarrierError, match=r"reached by lanes 0-15 but not by lanes 16-31.*:6\]"):
-        kernel.from_source(src)(np.zeros(32, np.float32), grid=1, lanes=32)
+    _expect(TileBarrierError, r"reached by lanes 0-15 but not by lanes 16-31.*:6\]", src,
+            np.zeros(32, np.float32), lanes=32)
 
 
 def test_two_lanes_storing_one_shared_element_is_a_waw_race():
@@ -127,8 +133,7 @@ def k(Y: mut f32[n]):
     i = tile.lane_id()
     s[i // 2] = float(i)
 '''
-    with pytest.raises(TileRaceError, match=r"write-after-write race: several lanes store"):
-        kernel.from_source(src)(np.zeros(32, np.float32), grid=1, lanes=32)
+    _expect(TileRaceError, r"write-after-write race: several lanes store", src, np.zeros(32, np.float32), lanes=32)
 
 
 def test_checks_off_runs_the_racy_kernel_silently():
@@ -152,8 +157,8 @@ def mm(A: f32[64, 32], B: f32[32, 64], C: mut f32[64, 64]):
     tile.store(C, index=(0, 0), value=acc)
 '''
     A, B = np.ones((64, 32), np.float32), np.ones((32, 64), np.float32)
-    with pytest.raises(TileRaceError, match=r"mma reads sA\[0, 0\] by every lane .*read-after-write.*:11\]"):
-        kernel.from_source(src)(A, B, np.zeros((64, 64), np.float32), grid=1, lanes=128)
+    _expect(TileRaceError, r"mma reads sA\[0, 0\] by every lane .*read-after-write.*:11\]", src,
+            A, B, np.zeros((64, 64), np.float32), lanes=128)
 
 
 def test_seed_tp_axpy_on_several_tiles_races_between_tiles():

@@ -81,3 +81,23 @@ def test_matmul_counters():
     assert counters.hbm_write_bytes == 256 * 256 * 4
     assert counters.sector_efficiency == 1.0
     assert report.roofline.bound == "memory"
+
+
+@pytest.mark.parametrize("fmt, per_read, sectors_per_access", [("bf16", 16, 2), ("fp8_e4m3", 8, 1)])
+def test_narrow_elements_count_their_own_size(fmt, per_read, sectors_per_access):
+    """The transpose with 2-byte (bf16) and 1-byte (fp8) elements. Hand-derived: lane l's
+    column read of s[l, j] is byte 64·l + 2j (bf16) or 32·l + j (fp8), so 32 / itemsize
+    lanes share a bank row and the 32 lanes hit 16 (8) distinct words in one bank: 16 (8)
+    wavefronts per read, against 32 for f32. A row of 32 elements is 64 (32) bytes: one
+    wavefront per write, and 2 sectors (1) per global request."""
+    from tessera_ref.numerics import get_format
+
+    k = kernel.from_source(TRANSPOSE.replace("f32", fmt), constants={"PAD": 0, "SWIZZLE": "none"})
+    dtype = get_format(fmt).dtype
+    X = np.arange(1024).reshape(32, 32).astype(dtype)
+    Y = np.zeros_like(X)
+    c = k(X, Y, grid=1, lanes=32).counters
+    assert np.array_equal(Y.view(np.uint8), np.ascontiguousarray(X.T).view(np.uint8))
+    assert c.smem_wavefronts == 32 * 1 + 32 * per_read and c.smem_ideal_wavefronts == 64
+    assert c.global_sectors == 64 * sectors_per_access and c.hbm_bytes == 2 * X.nbytes
+    assert c.smem_read_bytes == c.smem_write_bytes == X.nbytes

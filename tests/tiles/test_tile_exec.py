@@ -172,3 +172,115 @@ def test_fragment_math_is_bit_identical_to_the_graph_op(fn):
     run(kb.finish(), [x, y], lanes=32)
     want = np.asarray(getattr(op, fn)(x))
     assert np.array_equal(y.view(np.uint16), want.view(np.uint16))
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
+
+
+# operand pairs whose IEEE 754-2019 maximum/minimum differ from a naive comparison: signed
+# zeros in both orders, NaN on either side, infinities
+_SPECIAL = [(-0.0, 0.0), (0.0, -0.0), (-0.0, -0.0), (np.nan, 1.0), (1.0, np.nan), (-np.inf, np.nan),
+            (np.inf, -np.inf), (2.0, -3.0)]
+
+
+def _extreme_kernel(fmt, n):
+    """Lane values and fragments: MX[i] = max(X[i], Y[i]), MN[i] = min(...), FX/FN the same
+    computed on [1, n] fragments."""
+    from tessera_ref.ir import tile as T
+
+    kb = T.KernelBuilder("extremes", [("X", T.buffer((1, n), fmt)), ("Y", T.buffer((1, n), fmt))]
+                         + [(o, T.buffer((1, n), fmt), True) for o in ("MX", "MN", "FX", "FN")])
+    X, Y, MX, MN, FX, FN = kb.params
+    i = kb.lane_id()
+    x, y = kb.load(X, [0, i]), kb.load(Y, [0, i])
+    kb.store(MX, [0, i], kb.binary("max", x, y))
+    kb.store(MN, [0, i], kb.binary("min", x, y))
+    fx, fy = (kb.frag_load(kb.subview(B, [0, 0], (1, n))) for B in (X, Y))
+    kb.barrier()
+    kb.frag_store(kb.subview(FX, [0, 0], (1, n)), kb.binary("max", fx, fy))
+    kb.frag_store(kb.subview(FN, [0, 0], (1, n)), kb.binary("min", fx, fy))
+    return kb.finish()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, "bf16"])
+def test_float_max_min_are_the_graph_maximum_and_minimum(dtype):
+    """TILE-NUM-1: Tile IR max/min are op.maximum/op.minimum bit for bit (−0 < +0 in either
+    operand order, NaN wins and is the canonical NaN)."""
+    from tessera_ref.interp.tile import run
+    from tessera_ref.numerics import get_format
+
+    dtype = get_format(dtype).dtype
+    x = np.array([[a for a, _ in _SPECIAL]]).astype(dtype)
+    y = np.array([[b for _, b in _SPECIAL]]).astype(dtype)
+    outs = [np.zeros_like(x) for _ in range(4)]
+    run(_extreme_kernel(get_format(dtype).name, x.shape[1]), [x, y, *outs], lanes=x.shape[1])
+    want_max, want_min = np.asarray(op.maximum(x, y)), np.asarray(op.minimum(x, y))
+    for got, want in zip(outs, (want_max, want_min) * 2):
+        assert np.array_equal(_bits(got), _bits(want))
+    # hand-derived: max(−0, +0) = max(+0, −0) = +0, min(+0, −0) = −0, NaN with the sign clear
+    assert list(np.signbit(outs[0][0, :3])) == [False, False, True]
+    assert list(np.signbit(outs[1][0, :3])) == [True, True, True]
+    assert np.isnan(outs[0][0, 3:6]).all() and not np.signbit(outs[0][0, 3:6]).any()
+    # and np.maximum/np.minimum alone would not do: on equal zeros they return one operand
+    naive_max, naive_min = np.maximum(x[0, :2], y[0, :2]), np.minimum(x[0, :2], y[0, :2])
+    assert np.signbit(naive_max).any() or not np.signbit(naive_min).all()
+
+
+def test_bf16_lane_arithmetic_is_one_rounding_in_bf16():
+    """bf16 values computed on in bf16 (no cast): each operation is the exact result
+    rounded once to bf16. Products of bf16 values and sums of close magnitudes are exact
+    in f32, so the reference is the exact f64 value -> f32 (exact) -> bf16 (one RNE)."""
+    import ml_dtypes
+
+    src = '''
+@kernel
+def fma2(X: bf16[n], Y: bf16[n], P: mut bf16[n], S: mut bf16[n]):
+    i = tile.linear_id()
+    P[i] = X[i] * Y[i]
+    S[i] = X[i] + Y[i]
+'''
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal(256) * 4).astype(ml_dtypes.bfloat16)
+    y = (rng.standard_normal(256) * 4).astype(ml_dtypes.bfloat16)
+    p, s = np.zeros_like(x), np.zeros_like(x)
+    kernel.from_source(src)(x, y, p, s, grid=2, lanes=128)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    for got, exact in ((p, x64 * y64), (s, x64 + y64)):
+        want = exact.astype(np.float32).astype(ml_dtypes.bfloat16)
+        assert np.array_equal(_bits(got), _bits(want))
+    assert (p.astype(np.float64) != x64 * y64).any()  # and the products do need rounding
+
+
+def test_fp8_values_are_stored_but_not_computed_on():
+    import ml_dtypes
+
+    src = '''
+@kernel
+def bad(X: fp8_e4m3[n], Y: mut fp8_e4m3[n]):
+    i = tile.linear_id()
+    Y[i] = X[i] + X[i]
+'''
+    x = np.ones(32, ml_dtypes.float8_e4m3fn)
+    with pytest.raises(KernelError, match="fp8_e4m3 is a storage format.*cast the values to f32"):
+        kernel.from_source(src)(x, np.zeros_like(x), grid=1, lanes=32)
+
+
+def test_bf16_constants_are_rounded_once_from_the_double():
+    """1 + 2^-8 + 2^-30 lies just above a bf16 midpoint: rounded once it is 1 + 2^-7;
+    rounded through f32 (as ml_dtypes converts a double) it would tie to 1.0."""
+    import ml_dtypes
+
+    from tessera_ref.interp.tile import run
+    from tessera_ref.ir import tile as T
+
+    v = 1 + 2.0 ** -8 + 2.0 ** -30
+    kb = T.KernelBuilder("c", [("Y", T.buffer((2,), "bf16"), True), ("s", "bf16")])
+    Y, s = kb.params
+    kb.store(Y, [0], kb.const(v, "bf16"))
+    kb.if_(kb.binary("eq", kb.lane_id(), 0), then=lambda: kb.store(Y, [1], s) or [])
+    y = np.zeros(2, ml_dtypes.bfloat16)
+    run(kb.finish(), [y, v], lanes=1)
+    assert y.astype(np.float64).tolist() == [1 + 2.0 ** -7] * 2
+    assert float(np.float64(v).astype(ml_dtypes.bfloat16)) == 1.0  # the double rounding avoided

@@ -11,7 +11,7 @@ from tessera_ref import kernel, tile
 from tessera_ref.errors import KernelError
 from tessera_ref.frontend.dsl import to_python
 from tessera_ref.frontend.kernel import AutotunedKernel
-from tessera_ref.runner import tessera_alias
+from tessera_ref.runner import run_path, tessera_alias
 
 
 def test_dsl_rewrites_keep_line_numbers():
@@ -32,12 +32,13 @@ def saxpy(x: f32[n], y: mut[f32[n]], alpha: f32):
         kernel.from_source(SAXPY).inspect_ir()
 
 
-def test_inspect_ir_tile_and_missing_levels():
+def test_inspect_ir_tile_target_and_missing_levels():
     text = matmul.inspect_ir("tile")
     assert '"tessera.tile.mma"' in text and '"tessera.tile.cp_async"' in text
-    if "target" not in type(matmul)._ir_views:
-        with pytest.raises(KernelError, match="no 'target' IR"):
-            matmul.inspect_ir("target")
+    assert "NOT YET COMPILED" in matmul.inspect_ir("target") and "__global__ void matmul(" in matmul.inspect_ir("target")
+    for level in ("schedule", "graph"):  # a @kernel is written at the tile level
+        with pytest.raises(KernelError, match=f"no '{level}' IR"):
+            matmul.inspect_ir(level)
 
 
 def test_fragments_mma_sync_and_shared_stores():
@@ -92,6 +93,11 @@ def test_front_end_errors_name_the_kernel_line(body, message, line):
 def test_kernel_names_outside_a_kernel_say_so():
     with pytest.raises(KernelError, match="runs only inside a @kernel body"):
         tile.linear_id()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with pytest.raises(KernelError, match=r"tile\.mma\(\.\.\.\) runs only inside"):
+        tile.mma(a, a.T)
+    # seed 001's schedule form: outside a kernel body tile.mma_sync is op.matmul (SCHED-FE-2)
+    assert np.array_equal(np.asarray(tile.mma_sync(a, a.T).data), a.astype(np.float64) @ a.T.astype(np.float64))
 
 
 def test_import_tessera_sees_the_kernel_names():
@@ -105,3 +111,60 @@ def test_autotune_builds_one_kernel_per_configuration():
     assert isinstance(k, AutotunedKernel)
     assert [c for c, _ in k.variants()] == [{"BM": 128, "stages": 2}, {"BM": 128, "stages": 3},
                                             {"BM": 256, "stages": 2}, {"BM": 256, "stages": 3}]
+
+
+# A Python kernel module WITHOUT `from __future__ import annotations` (TILE-FE-1): Python
+# evaluates `f32[n]` when the def runs, so the sizes are defined with `symbols` first.
+NO_FUTURE = """
+import numpy as np
+from tessera import f32, kernel, mut, tile
+from tessera.frontend.tile_api import symbols
+
+n = symbols("n")
+R, C = symbols("R C")
+
+@kernel
+def saxpy(x: f32[n], y: mut[f32[n]], alpha: f32):
+    i = tile.linear_id()
+    if i < n:
+        y[i] = alpha * x[i] + y[i]
+
+@kernel
+def scale_rows(X: "f32[R, C]", Y: "mut[f32[R, C]]", s: f32):
+    r = tile.linear_id()
+    if r < R:
+        for c in range(C):
+            Y[r, c] = X[r, c] * s
+
+x = np.arange(200, dtype=np.float32)
+y = np.ones(200, np.float32)
+report = saxpy(x, y, np.float32(2.0), grid=2, lanes=128)
+X = np.arange(12, dtype=np.float32).reshape(3, 4)
+Y = np.zeros_like(X)
+scale_rows(X, Y, np.float32(3.0), grid=1, lanes=32)
+"""
+
+
+def test_python_kernels_without_the_future_import(tmp_path):
+    script = tmp_path / "kernels.py"
+    script.write_text(NO_FUTURE)
+    out = run_path(str(script))
+    assert np.array_equal(out["y"], 2 * out["x"] + 1) and out["report"].findings == []
+    assert np.array_equal(out["Y"], 3 * out["X"])
+    assert "tile.sizes = {n = [\"x\", 0]}" in out["saxpy"].inspect_ir().replace("'", "\"")
+    # without `symbols`, Python itself stops at the def, before @kernel runs
+    script.write_text(NO_FUTURE.replace('n = symbols("n")', ""))
+    with pytest.raises(NameError, match="'n' is not defined"):
+        run_path(str(script))
+
+
+def test_symbols_and_unbound_sizes():
+    from tessera_ref.frontend.tile_api import Size, symbols
+    n = symbols("n")
+    assert isinstance(n, Size) and n == "n" and symbols("M, K") == ("M", "K")
+    with pytest.raises(KernelError, match="expected size names"):
+        symbols("2n")
+    src = "\n@kernel\ndef k(Y: mut f32[n]):\n    i = tile.lane_id()\n    if i < m:\n        Y[i] = 0.0\n"
+    with pytest.raises(KernelError, match="the size 'm' is used, but no parameter's annotation binds it") as info:
+        kernel.from_source(src, filename="k.tsr", constants={"m": symbols("m")})
+    assert "[at k.tsr:5]" in str(info.value)

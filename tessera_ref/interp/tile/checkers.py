@@ -1,7 +1,7 @@
-"""The tile interpreter's checkers (TILE-CHECK-*): what each finding is and how it is found.
+"""The tile interpreter's checkers (the TILE-CHECK clauses): what each finding is and how it is found.
 
 The interpreter runs a tile's lanes in lockstep, which hides races; the checkers look at
-*barrier phases* instead (the stretch of a tile's execution between two ``tbarrier()``s),
+*barrier phases* instead (the stretch of a tile's execution between two ``tbarrier()`` calls),
 where the hardware promises no order between lanes:
 
 - a shared element written by one lane and read or written by another lane in the same

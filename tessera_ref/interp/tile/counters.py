@@ -1,4 +1,4 @@
-"""Performance counters of the tile interpreter (TILE-COUNT-*), by hardware.md's rules.
+"""Performance counters of the tile interpreter (the TILE-COUNT clauses), by hardware.md's rules.
 
 - Shared memory: 32 banks of 4-byte words. A warp's request is split into phases of 32
   lanes for accesses of at most 4 bytes, 16 for 8-byte and 8 for 16-byte ones; the request
@@ -47,6 +47,26 @@ class Counters:
     def sector_efficiency(self) -> float:
         """Requested bytes / (32 × sectors touched), 1.0 for perfectly coalesced access."""
         return self.global_requested_bytes / (32 * self.global_sectors) if self.global_sectors else 1.0
+
+    def add_shared(self, requests: int, wavefronts: int, ideal: int, nbytes: int, write: bool) -> None:
+        """Count shared-memory requests moving ``nbytes`` (TILE-COUNT-1)."""
+        self.smem_requests += requests
+        self.smem_wavefronts += wavefronts
+        self.smem_ideal_wavefronts += ideal
+        if write:
+            self.smem_write_bytes += nbytes
+        else:
+            self.smem_read_bytes += nbytes
+
+    def add_global(self, requests: int, sectors: int, requested_bytes: int, write: bool) -> None:
+        """Count global requests touching ``sectors`` 32-byte sectors (TILE-COUNT-2)."""
+        self.global_requests += requests
+        self.global_sectors += sectors
+        self.global_requested_bytes += requested_bytes
+        if write:
+            self.hbm_write_bytes += 32 * sectors
+        else:
+            self.hbm_read_bytes += 32 * sectors
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}

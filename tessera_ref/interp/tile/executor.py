@@ -1,4 +1,4 @@
-"""The tile interpreter: runs a Tile IR kernel over a grid, one tile at a time (TILE-EXEC-*).
+"""The tile interpreter: runs a Tile IR kernel over a grid, one tile at a time (TILE-EXEC-1).
 
 Within a tile every op runs once for all lanes at once: a lane value is a NumPy array of
 one entry per lane, or a NumPy scalar when it is uniform (the same for every lane). The
@@ -28,26 +28,29 @@ from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
+from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
 from .counters import Counters, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .report import TileReport
 
 __all__ = ["run"]
 
+#: Index (integer) arithmetic, comparisons (any values) and mask logic; float arithmetic is
+#: :mod:`.arith`'s.
 _ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "min": np.minimum, "max": np.maximum,
           "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
           "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or, "floordiv": np.floor_divide,
-          "mod": np.mod, "div": np.divide}
+          "mod": np.mod}
 _FLOAT_FLOPS = ("add", "sub", "mul", "div", "min", "max")
-_UNARY = {"neg": np.negative, "not": np.logical_not, "sqrt": np.sqrt, "abs": np.abs}
-_SUPPORTED = ("f64", "f32", "f16")
+_FLOAT_ARITH = _FLOAT_FLOPS + ("floordiv", "mod")
+_UNARY_INDEX = {"neg": np.negative, "abs": np.abs}
 
 
 def _dtype(t) -> np.dtype:
     if isinstance(t, (ScalarType, TensorType)) and not (isinstance(t, TensorType) and t.element_kind):
-        if t.format.name not in _SUPPORTED:
-            raise KernelError(f"the tile interpreter runs f64, f32 and f16 values; {t} is not supported yet",
-                              fix="use f32 or f16 buffers in tile kernels")
+        if t.format.name not in STORAGE_FORMATS:
+            raise KernelError(f"the tile interpreter runs {', '.join(STORAGE_FORMATS)} values; {t} is not "
+                              "supported", fix="use one of those formats for tile buffers and values")
     if isinstance(t, TensorType):
         return t.dtype
     return t.format.dtype if isinstance(t, ScalarType) else np.dtype(np.int64)
@@ -134,7 +137,7 @@ class Run:
                 out[name] = buf
                 self.dtype_hint = self.dtype_hint or t.format.name
             else:
-                self.env[param] = _dtype(t).type(value)
+                self.env[param] = number(value, _dtype(t))
         return out
 
     # -- findings -----------------------------------------------------------------------
@@ -243,27 +246,14 @@ class Run:
     def count_lane_access(self, base, offsets, lanes, write: bool) -> None:
         if not self.count or offsets.size == 0:
             return
-        c, size = self.counters, base.itemsize
+        size = base.itemsize
         addr = base.base + offsets.astype(np.int64) * size
         request = lanes // 32
         if base.space == "shared":
-            r, w, ideal = wavefronts(addr, request, size)
-            c.smem_requests += r
-            c.smem_wavefronts += w
-            c.smem_ideal_wavefronts += ideal
-            if write:
-                c.smem_write_bytes += offsets.size * size
-            else:
-                c.smem_read_bytes += offsets.size * size
+            self.counters.add_shared(*wavefronts(addr, request, size), offsets.size * size, write)
         else:
-            r, s = sectors(addr, request, size)
-            c.global_requests += r
-            c.global_sectors += s
-            c.global_requested_bytes += np.unique((request << 40) | addr).size * size
-            if write:
-                c.hbm_write_bytes += 32 * s
-            else:
-                c.hbm_read_bytes += 32 * s
+            self.counters.add_global(*sectors(addr, request, size),
+                                     np.unique((request << 40) | addr).size * size, write)
 
     def box_offsets(self, view, op, verb):
         """(base buffer, offsets of the view's elements in row-major order) of a view/buffer."""
@@ -326,23 +316,10 @@ class Run:
             else:
                 hit = ("global",) + sectors(addr, request, access) + (offs.size * size,)
             self._cache[key] = hit
-        c = self.counters
         if hit[0] == "shared":
-            c.smem_requests += hit[1]
-            c.smem_wavefronts += hit[2]
-            c.smem_ideal_wavefronts += hit[3]
-            if write:
-                c.smem_write_bytes += hit[4]
-            else:
-                c.smem_read_bytes += hit[4]
+            self.counters.add_shared(*hit[1:], write)
         else:
-            c.global_requests += hit[1]
-            c.global_sectors += hit[2]
-            c.global_requested_bytes += hit[3]
-            if write:
-                c.hbm_write_bytes += 32 * hit[2]
-            else:
-                c.hbm_read_bytes += 32 * hit[2]
+            self.counters.add_global(*hit[1:], write)
 
     def chunk_lanes(self, n: int, itemsize: int, chunk_bytes: int) -> np.ndarray:
         key = ("lanes", n, itemsize, chunk_bytes)
@@ -431,23 +408,31 @@ def _dim(run, op, mask):
 
 
 def _constant(run, op, mask):
-    return _dtype(op.results[0].type).type(op.attributes["value"])
+    return number(op.attributes["value"], _dtype(op.results[0].type))
+
+
+def _is_float(t) -> bool:
+    """Whether values of type ``t`` are floating-point lane values or fragments."""
+    return isinstance(t, ScalarType) or isinstance(t, TensorType) and t.rank > 0 and not t.element_kind
 
 
 def _binary(run, op, mask):
     fn = op.attributes["fn"]
     x, y = (_operand_array(run, op, run.env[v]) for v in op.operands)
     t = op.operands[0].type
-    is_float = isinstance(t, ScalarType) or isinstance(t, TensorType) and t.rank > 0
+    is_float = _is_float(t)
     if fn == "div" and not is_float:
         raise KernelError("'/' of index values; use '//' for integer division", location=op.location,
                           fix="write a // b")
-    with np.errstate(all="ignore"):
-        if fn in ("floordiv", "mod") and not is_float:
-            if np.any(np.asarray(y)[mask] == 0 if np.ndim(y) else y == 0):
-                raise KernelError(f"integer {fn} by zero in tile {run.tile}", location=op.location,
-                                  fix="guard the divisor")
-        out = _ARITH[fn](x, y)
+    if is_float and fn in _FLOAT_ARITH:
+        out = float_binary(fn, x, y, t.format.name, op.location)
+    else:
+        with np.errstate(all="ignore"):
+            if fn in ("floordiv", "mod") and not is_float:
+                if np.any(np.asarray(y)[mask] == 0 if np.ndim(y) else y == 0):
+                    raise KernelError(f"integer {fn} by zero in tile {run.tile}", location=op.location,
+                                      fix="guard the divisor")
+            out = _ARITH[fn](x, y)
     if is_float and fn in _FLOAT_FLOPS:
         run.counters.flops += int(np.size(out)) if isinstance(t, TensorType) else int(mask.sum())
     return out
@@ -464,12 +449,18 @@ def _unary(run, op, mask):
     fn = op.attributes["fn"]
     x = _operand_array(run, op, run.env[op.operands[0]])
     t = op.results[0].type
+    if fn == "not":
+        return np.logical_not(x)
     if fn in T.MATH_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.exp etc.)
-        out = math_in_accum(fn, np.asarray(x), accum=t.policy.accum).astype(_dtype(t))
+        computable(t.format.name, f"'{fn}'", op.location)
+        out = convert(math_in_accum(fn, np.asarray(x), accum=t.policy.accum), _dtype(t))
         run.counters.flops += int(np.size(x)) if isinstance(t, TensorType) else int(mask.sum())
-        return out[()] if np.ndim(x) == 0 else out
-    with np.errstate(all="ignore"):
-        return _UNARY[fn](x)
+        return out
+    if not _is_float(t):
+        if fn not in _UNARY_INDEX:
+            raise KernelError(f"'{fn}' of an index value", location=op.location, fix="cast it to f32 first")
+        return _UNARY_INDEX[fn](x)
+    return float_unary(fn, x, t.format.name, op.location)
 
 
 def _reduce(run, op, mask):
@@ -477,11 +468,11 @@ def _reduce(run, op, mask):
     axis = op.attributes["axis"]
     r = reduce_canonical(x, axis, op.attributes["fn"], accum=op.attributes["accum"])
     run.counters.flops += int(x.size)
-    return np.expand_dims(r, axis).astype(_dtype(op.results[0].type))
+    return convert(np.expand_dims(r, axis), _dtype(op.results[0].type))
 
 
 def _cast(run, op, mask):
-    return np.asarray(run.env[op.operands[0]]).astype(_dtype(op.results[0].type))[()]
+    return convert(run.env[op.operands[0]], _dtype(op.results[0].type))
 
 
 def _select(run, op, mask):
@@ -513,6 +504,9 @@ def _store(run, op, mask):
     values = np.broadcast_to(run.env[op.operands[-1]], (run.lanes,))[lanes]
     if offs.size == 0:
         return None
+    target = base.dtype if isinstance(base, Shared) else base.array.dtype
+    if values.dtype != target:  # a value of another format is stored as `cast` converts it
+        values = convert(values, target)
     if isinstance(base, Shared):
         if run.checks:
             uniq, first, counts = np.unique(offs, return_index=True, return_counts=True)
@@ -627,7 +621,7 @@ def _barrier(run, op, mask):
 
 def _fill(run, op, mask):
     t = op.results[0].type
-    return np.full(t.shape, op.attributes["value"], dtype=_dtype(t))
+    return np.full(t.shape, number(op.attributes["value"], _dtype(t)))
 
 
 def _frag_load(run, op, mask):
@@ -651,7 +645,7 @@ def _frag_store(run, op, mask):
         if not base.mut:
             raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
                               location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[m, n]")
-        run.global_write(op, base, offs, frag.reshape(-1).astype(base.array.dtype),
+        run.global_write(op, base, offs, convert(frag.reshape(-1), base.array.dtype),
                          run.chunk_lanes(offs.size, base.itemsize, base.itemsize))
     run.collective_counts(op, base, offs, base.itemsize, True)
     return None
@@ -665,7 +659,7 @@ def _mma(run, op, mask):
         b = run.collective_read(op, b, "mma reads")
     M, K = a.shape
     run.counters.flops += 2 * M * K * b.shape[1]
-    return _mma_values(a, b, acc, op.attributes["accum"]).astype(_dtype(op.results[0].type), copy=False)
+    return convert(_mma_values(a, b, acc, op.attributes["accum"]), _dtype(op.results[0].type))
 
 
 _F32 = np.dtype(np.float32)

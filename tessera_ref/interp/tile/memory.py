@@ -1,4 +1,4 @@
-"""Global buffers, shared buffers and views for the tile interpreter (TILE-MEM-*).
+"""Global buffers, shared buffers and views for the tile interpreter (the TILE-MEM clauses).
 
 - :class:`Global` wraps a kernel's NumPy argument; byte addresses are ``base + flat·size``
   with each buffer's base aligned to 256 bytes (for sector counts).

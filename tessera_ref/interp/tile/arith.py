@@ -1,0 +1,114 @@
+"""Floating-point values and arithmetic of the tile interpreter (TILE-NUM-1, TILE-NUM-2).
+
+A lane value or fragment holds values of one format: f64, f32, f16, bf16 (``ml_dtypes``
+``bfloat16``), fp8_e4m3 or fp8_e5m2 (``float8_e4m3fn``, ``float8_e5m2``). Every operation
+gives the bits the Graph IR interpreter gives for the same operation, by calling the same
+code where the graph has a definition:
+
+- ``add`` ``sub`` ``mul`` ``div`` and ``sqrt`` are one IEEE-754 operation in the operands'
+  format, rounded to nearest even (NUM-EW-1): NumPy's ufuncs for f32 and f64, the graph's
+  :func:`~tessera_ref.numerics.arith.accum_op` for f16 and bf16. fp8 formats hold values but
+  are not computed in (they are never an accumulation format): cast to f32 first.
+- ``min`` and ``max`` are IEEE 754-2019 ``minimum``/``maximum`` — the graph's ``op.minimum``
+  / ``op.maximum`` (GRAPH-EW-1): a NaN operand gives NaN, and −0 < +0, so
+  ``max(−0, +0) = max(+0, −0) = +0`` and ``min(−0, +0) = −0`` whatever the operand order
+  (``np.maximum`` returns its first operand on equal zeros).
+- ``neg`` and ``abs`` change the sign bit only.
+- Every NaN a float operation produces or propagates is the canonical quiet NaN with the
+  sign bit clear, as in the graph (:func:`~tessera_ref.numerics.arith.canonical_nan`).
+- :func:`convert` rounds once into the target format as the graph's ``to_storage`` does
+  (NUM-CVT, rounding to nearest even, the format's own overflow: e4m3 has no infinity, so
+  an overflow is the NaN of its sign), and is a plain exact conversion when every value of
+  the source is a value of the target. It returns the conversion's codes as they are (a
+  NaN keeps the code the conversion gives it, as in the graph's storage).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import KernelError
+from ...numerics import get_format
+from ...numerics.arith import ACCUM_FORMATS, accum_op, canonical_nan
+from ...numerics.convert import cast
+from ...ops.elementwise import _ieee_extreme
+
+__all__ = ["STORAGE_FORMATS", "COMPUTE_FORMATS", "float_binary", "float_unary", "convert", "number",
+           "computable"]
+
+#: Formats a tile kernel's floating-point values and buffers may have.
+STORAGE_FORMATS = ("f64", "f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
+#: Formats arithmetic is done in (the accumulation formats of NUM-POL-1).
+COMPUTE_FORMATS = ACCUM_FORMATS
+
+_UFUNC = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+          "floordiv": np.floor_divide, "mod": np.mod}
+_EXTREME = {"max": _ieee_extreme("max"), "min": _ieee_extreme("min")}
+_SIGN = {"neg": np.negative, "abs": np.abs}
+
+
+def _value(r, canonical: bool = True):
+    """A 0-d result as a NumPy scalar (a uniform lane value); NaNs made canonical."""
+    r = np.asarray(r)
+    if canonical:
+        r = canonical_nan(r)
+    return r[()] if r.ndim == 0 else r
+
+
+def computable(fmt: str, what: str, location=None) -> None:
+    """A KernelError unless arithmetic can be done in ``fmt``."""
+    if fmt not in COMPUTE_FORMATS:
+        raise KernelError(f"{what} on {fmt} values: {fmt} is a storage format, arithmetic is done in "
+                          f"{', '.join(COMPUTE_FORMATS)}", location=location,
+                          fix="cast the values to f32 first (and the result back to the storage format)")
+
+
+def float_binary(fn: str, x, y, fmt: str, location=None):
+    """``fn`` (add sub mul div min max floordiv mod) of two values of format ``fmt``."""
+    computable(fmt, f"'{fn}'", location)
+    with np.errstate(all="ignore"):
+        if fn in _EXTREME:
+            return _value(_EXTREME[fn](x, y))
+        if fmt in ("f16", "bf16") and fn not in ("floordiv", "mod"):
+            return _value(accum_op(fn, x, y, accum=fmt))
+        return _value(_UFUNC[fn](x, y))
+
+
+def float_unary(fn: str, x, fmt: str, location=None):
+    """``neg``, ``abs`` (any float format) or ``sqrt`` (a compute format) of a ``fmt`` value."""
+    if fn in _SIGN:
+        return _value(_SIGN[fn](x))
+    computable(fmt, f"'{fn}'", location)
+    with np.errstate(all="ignore"):
+        return _value(np.sqrt(x) if fmt in ("f32", "f64") else accum_op(fn, x, accum=fmt))
+
+
+def number(value, dtype: np.dtype):
+    """A Python number (an attribute, a scalar argument) as a value of ``dtype``: f32 and f64
+    by NumPy (one rounding from the double), narrower formats by :func:`convert` from f64
+    (``ml_dtypes`` would round through f32, twice), integers as they are."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iub" or dtype in (np.float32, np.float64):
+        return dtype.type(value)
+    return convert(np.float64(value), dtype)
+
+
+def _exact_into(src, dst) -> bool:
+    """Whether every value of format ``src`` is a value of format ``dst``."""
+    tiny = lambda f: f.min_subnormal or f.min_normal  # noqa: E731
+    return dst.man_bits >= src.man_bits and dst.max >= src.max and tiny(dst) <= tiny(src) \
+        and (dst.has_inf or not src.has_inf) and (dst.has_nan or not src.has_nan)
+
+
+def convert(x, dtype: np.dtype):
+    """``x`` (a lane value or fragment) as values of ``dtype``: see the module docstring.
+    Integer (index) sources and targets convert with NumPy's ``astype``."""
+    arr = np.asarray(x)
+    dtype = np.dtype(dtype)
+    if arr.dtype == dtype:
+        return _value(arr, canonical=False)
+    if arr.dtype.kind in "iub" or dtype.kind in "iub":
+        out = arr.astype(dtype)
+    else:
+        src, dst = get_format(arr.dtype), get_format(dtype)
+        out = arr.astype(dtype) if _exact_into(src, dst) else cast(arr, dst, rounding="rne", overflow="native")
+    return _value(out, canonical=False)
