@@ -486,15 +486,22 @@ def _diag_matrix(o, v):
     return o.mul(eye(k, v.type.policy), o.reshape(v, v.shape[:-1] + (1, k)))
 
 
+def _reciprocal_or_zero(o, x):
+    """``1 ⊘ x`` where ``x ≠ 0``, and +0 where ``x = 0`` (no division by zero is evaluated)."""
+    zero, one = constant(0.0, x.type.policy), constant(1.0, x.type.policy)
+    is_zero = o.equal(x, zero)
+    return o.where(is_zero, zero, o.div(one, o.where(is_zero, one, x)))
+
+
 def _svd_parts(o, s):
-    """``(S, S⁻¹, F)`` of singular values ``s [..., k]``: the diagonal matrices and
-    ``F_ij = 1/(s_j² − s_i²)`` off the diagonal, 0 on it (``(1 − I) ⊘ (Δ + I)``: no division by 0)."""
-    k, policy = s.shape[-1], s.type.policy
-    identity = eye(k, policy)
+    """``(S, S⁺, F)`` of singular values ``s [..., k]``: ``S = diag(s)``, ``S⁺`` the diagonal of
+    ``1/s`` with 0 for a zero singular value, and ``F_ij = 1/(s_j² − s_i²)`` with 0 on the
+    diagonal and wherever two singular values are equal (AD-SVD-1)."""
+    k = s.shape[-1]
     row = o.reshape(s, s.shape[:-1] + (1, k))
     sq = o.mul(row, row)
-    f = o.div(o.sub(constant(1.0, policy), identity), o.add(o.sub(sq, mT(sq)), identity))
-    return _diag_matrix(o, s), _diag_matrix(o, o.div(constant(1.0, policy), s)), f
+    f = _reciprocal_or_zero(o, o.sub(sq, mT(sq)))
+    return _diag_matrix(o, s), _diag_matrix(o, _reciprocal_or_zero(o, s)), f
 
 
 def _projector(o, u):
@@ -503,7 +510,7 @@ def _projector(o, u):
 
 
 def _svd_vjp(attrs, primals, results, cts):
-    """AD-SVD-1 (real thin SVD, distinct nonzero singular values): with ``V = Vtᵀ``, ``V̄ = V̄tᵀ``,
+    """AD-SVD-1 (real thin SVD; exact for distinct nonzero singular values): with ``V = Vtᵀ``, ``V̄ = V̄tᵀ``,
     ``J = F∘(UᵀŪ − ŪᵀU)``, ``K = F∘(VᵀV̄ − V̄ᵀV)``:
     ``Ā = U·(J·S + diag(S̄) + S·K)·Vᵀ + (I − UUᵀ)·Ū·S⁻¹·Vᵀ + U·S⁻¹·V̄ᵀ·(I − VVᵀ)``.
     The sign convention of the op (each row of Vt's first largest component positive) is
