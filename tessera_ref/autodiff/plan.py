@@ -1,7 +1,8 @@
 """The communication plan of a derivative (AD-MESH-3): its collectives and their bytes.
 
 :func:`communication_plan` lists, in program order, every collective op that a transform's
-derivative pass recorded (the backward pass of ``grad``/``vjp``, the tangent pass of ``jvp``):
+derivative pass recorded (the backward pass of ``grad``, ``value_and_grad`` or a ``vjp``
+pullback):
 the collective, its mesh axis, the operand type and the bytes each device sends, as the
 simulated machine counts them (MESH-COLL: the local block for all_reduce, reduce_scatter,
 all_to_all and permute; the gathered block for all_gather) — then the bytes per mesh axis.
@@ -51,8 +52,8 @@ def collectives(program) -> list:
 
 
 def communication_plan(transformed) -> str:
-    """The derivative's collectives of ``transformed`` (a ``grad``/``value_and_grad``/``vjp``
-    pullback/``jvp`` result, after a call on distributed tensors) as text, one line per
+    """The derivative's collectives of ``transformed`` (a ``grad``/``value_and_grad`` function or
+    a ``vjp`` pullback, after a call on distributed tensors) as text, one line per
     collective, then the bytes per device by mesh axis."""
     program = getattr(transformed, "program", transformed)
     if program is None or not hasattr(program, "derivative_ops"):

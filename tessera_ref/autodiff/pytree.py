@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import AutodiffError
+
 __all__ = ["TreeDef", "flatten", "LEAF"]
 
 
@@ -55,7 +57,11 @@ def flatten(tree) -> tuple[list, TreeDef]:
 
 def _flatten(tree, leaves: list) -> TreeDef:
     if isinstance(tree, dict):
-        keys = tuple(sorted(tree))
+        try:
+            keys = tuple(sorted(tree))
+        except TypeError:
+            raise AutodiffError(f"a dict of the pytree has keys that cannot be sorted together ({list(tree)!r})",
+                                fix="use keys of one type (all str, or all int)") from None
         return TreeDef(dict, keys, tuple(_flatten(tree[k], leaves) for k in keys))
     if type(tree) in (tuple, list):
         return TreeDef(type(tree), (), tuple(_flatten(x, leaves) for x in tree))

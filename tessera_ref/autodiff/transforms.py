@@ -63,7 +63,14 @@ def _fresh(x) -> Tracer:
 
 
 def _argnums(argnums, nargs: int, name: str) -> tuple:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    """``argnums`` (an int, or a tuple or list of ints) as a tuple of distinct positions."""
+    if isinstance(argnums, int) and not isinstance(argnums, bool):
+        nums = (argnums,)
+    elif isinstance(argnums, (tuple, list)):
+        nums = tuple(argnums)
+    else:
+        raise AutodiffError(f"{name}: argnums={argnums!r} is not an int or a tuple of ints",
+                            fix="pass argnums=0 or argnums=(0, 1)")
     for n in nums:
         if isinstance(n, bool) or not isinstance(n, int) or not -nargs <= n < nargs:
             raise AutodiffError(f"{name}: argnums={argnums!r} does not name positional arguments of a call with "
@@ -107,6 +114,10 @@ def _record_forward(fn, args, nums, transform: str, fresh: bool) -> _Forward:
     with effects.differentiating(transform):
         out = fn(*call)
     leaves, out_tree = flatten(out)
+    for i, x in enumerate(leaves):
+        if x is None or isinstance(x, (str, bool)):
+            raise AutodiffError(f"{transform}: output leaf {i} of the function is {x!r}, not a tensor",
+                                fix="return the tensors to differentiate (op.sum(...) for a loss)")
     outputs = [_as_value(x, trace, f"output leaf {i}") for i, x in enumerate(leaves)]
     ops = ops_after(trace.block, start)
     check_effects(ops, transform)
@@ -259,7 +270,10 @@ class _ArgsTransform(Transformed):
         super().__init__(name, None, jit=jit)
         self.fn, self.argnums, self.with_value = fn, argnums, with_value
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise AutodiffError(f"{self.name} was called with keyword arguments {sorted(kwargs)}",
+                                fix="pass them positionally (outside argnums), or close over them")
         nums = _argnums(self.argnums, len(args), self.name)
         self.body = _grad_body(self.fn, nums, isinstance(self.argnums, int), self.with_value, self.name)
         self.location = self.location or _fn_location(self.fn)
@@ -318,6 +332,9 @@ def _plain(fn, args):
 
 
 class _Pullback(Transformed):
+    """The ``pullback`` of :func:`vjp` outside a trace: ``pullback(cotangent)`` runs the
+    program that recomputes the forward ops and the backward pass for ``cotangent``."""
+
     __slots__ = ("primals",)
 
     def __init__(self, name, body, primals):
@@ -330,7 +347,12 @@ class _Pullback(Transformed):
 
 def jvp(fn, primals, tangents):
     """``(out, tangent_out)``: ``fn(*primals)`` and its directional derivative along ``tangents``
-    (one per primal leaf, same structure, shapes and policies), by forward mode (AD-FWD-1)."""
+    (one per primal leaf, same structure, shapes and policies), by forward mode (AD-FWD-1).
+    ``primals`` and ``tangents`` are tuples (or lists): one entry per argument of ``fn``."""
+    for what, value in (("primals", primals), ("tangents", tangents)):
+        if not isinstance(value, (tuple, list)):
+            raise AutodiffError(f"jvp: {what} is a {type(value).__name__}, not a tuple of the function's arguments",
+                                fix="pass jvp(f, (x,), (v,)) — one entry per argument, even for one")
     primals = _promote(tuple(primals), tuple(range(len(primals))))
     return Transformed(_name("jvp", fn), _jvp_body(fn)).run((primals, tuple(tangents)))
 
@@ -365,24 +387,30 @@ class AutodiffFunction:
         return (self.forward or self.fn)(*args)
 
     def _transform(self, kind, argnums, maker):
+        argnums = tuple(argnums) if isinstance(argnums, list) else argnums
         key = (kind, argnums)
         if key not in self._transforms:
             self._transforms[key] = maker(self.fn, argnums, jit=self.jit)
         return self._transforms[key]
 
     def grad(self, argnums=0) -> Transformed:
+        """:func:`grad` of the function (one transform per ``argnums``, jitted with it)."""
         return self._transform("grad", argnums, grad)
 
     def value_and_grad(self, argnums=0) -> Transformed:
+        """:func:`value_and_grad` of the function (one transform per ``argnums``)."""
         return self._transform("value_and_grad", argnums, value_and_grad)
 
     def vjp(self, *primals, argnums=None):
+        """:func:`vjp` of the function at ``primals``."""
         return vjp(self.fn, *primals, argnums=argnums)
 
     def jvp(self, primals, tangents):
+        """:func:`jvp` of the function at ``primals`` along ``tangents``."""
         return jvp(self.fn, primals, tangents)
 
     def inspect_ir(self, level: str = "graph", *, optimized: bool = True) -> str:
+        """The jitted forward program's IR at ``level`` (see ``GraphFunction.inspect_ir``)."""
         if self.forward is None:
             raise AutodiffError(f"{self.__name__!r} is not jitted, so it has no cached forward program",
                                 fix="decorate it with @jit @autodiff, or inspect f.grad(...).inspect_ir()")

@@ -174,6 +174,13 @@ def test_backward_ops_name_the_line_of_their_forward_op():
     (lambda: tr.grad(lambda x, s: op.sum(x), argnums=1)(X, "name"), "not a tensor"),
     (lambda: tr.vjp(lambda x: x * 2.0, X)[1](np.ones(4)), "has type"),
     (lambda: tr.vjp(lambda x: (x, x), X)[1](np.ones(3)), "structure"),
+    (lambda: tr.grad(lambda x: op.sum(x), argnums=1.0)(X), "not an int or a tuple"),
+    (lambda: tr.grad(lambda x: op.sum(x), argnums=None)(X), "not an int or a tuple"),
+    (lambda: tr.grad(lambda x, scale: op.sum(x) * scale)(X, scale=2.0), "keyword arguments"),
+    (lambda: tr.jvp(lambda x: x * 2.0, X, np.ones(3)), "primals is a ndarray"),
+    (lambda: tr.jvp(lambda x: x * 2.0, (X,), np.ones(3)), "tangents is a ndarray"),
+    (lambda: tr.grad(lambda x: None)(X), "output leaf 0 of the function is None"),
+    (lambda: tr.grad(lambda d: op.sum(d[1]) + op.sum(d["a"]))({1: X, "a": X}), "cannot be sorted"),
 ])
 def test_misuse_is_an_autodiff_error(call, match):
     with pytest.raises(AutodiffError, match=match):
@@ -228,3 +235,12 @@ def test_an_empty_rule_slot_is_an_autodiff_error_naming_the_op_and_line(monkeypa
     assert f"test_transforms.py:{line}" in str(info.value) and info.value.fix
     monkeypatch.undo()
     assert np.allclose(np.asarray(tr.grad(f)(x)), 1 - np.tanh(x) ** 2, rtol=1e-6)
+
+
+def test_autodiff_function_transforms_accept_argnums_lists_and_cache_them():
+    @autodiff
+    def f(x, y):
+        return op.sum(x * y)
+    assert f.grad([0, 1]) is f.grad((0, 1))
+    gx, gy = f.grad([0, 1])(X, X)
+    assert np.array_equal(np.asarray(gx), np.asarray(X)) and np.array_equal(np.asarray(gy), np.asarray(X))
