@@ -1,4 +1,5 @@
-"""Compiled inner loops of the canonical dot product (NUM-RED-1), bit-identical to the rules.
+"""Compiled inner loops of the canonical dot product (NUM-RED-1) and of the lane fold of the
+canonical axis reduction (NUM-RED-2), bit-identical to the rules.
 
 :func:`~tessera_ref.numerics.reduce.dot_canonical` calls these for its two common cases:
 
@@ -7,7 +8,9 @@
 - :func:`dot_rows_fma_f32` — f32 accumulation of f32 values whose products need not be
   exact in f32: each fma is emulated as in :func:`~tessera_ref.numerics.arith.fma`.
 
-Both take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators, overwritten
+:func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation.
+
+The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators, overwritten
 with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output element the k
 loop runs sequentially in ascending order; only output rows are distributed over threads
 (``prange``), and no element's operations depend on which thread runs them, so the bits do
@@ -23,7 +26,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["dot_rows_exact", "dot_rows_fma_f32"]
+__all__ = ["dot_rows_exact", "dot_rows_fma_f32", "lane_fold"]
 
 
 @intrinsic
@@ -99,3 +102,20 @@ def dot_rows_fma_f32(out, A, B):
                 sb = _f64_bits(s)
                 toward_zero = np.int64((sb ^ _f64_bits(e)) < 0) & inexact
                 acc[j] = np.float32(_bits_f64((sb - toward_zero) | inexact))
+
+
+@njit(cache=True)
+def lane_fold(x, p):
+    """``p[r, l] ← p[r, l] + x[r, l] + x[r, l + W] + …``, left to right, each addition one IEEE
+    operation in the arrays' dtype (f32 or f64; ``x [R, L]`` and ``p [R, W]`` C-contiguous,
+    ``W`` = 32 or, for ``L < 32``, at least ``L``): lane ``l`` of NUM-RED-2's warp folding its
+    elements of row ``r``. One thread: a sum is memory-bound, and threads would wait on a
+    busy machine."""
+    R, L = x.shape
+    W = p.shape[1]
+    for r in range(R):
+        lanes = p[r]
+        row = x[r]
+        for j0 in range(0, L, W):
+            for lane in range(min(W, L - j0)):
+                lanes[lane] = lanes[lane] + row[j0 + lane]

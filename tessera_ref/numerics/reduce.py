@@ -36,6 +36,9 @@ _TILE_ELEMS = 1 << 15  # outputs per inner-loop tile: the working set stays in c
 # Fewer fmas than this run on one thread: ~4 ms of f32 fma work, which starting a second
 # thread does not repay on a busy machine (where its start can be delayed by milliseconds).
 _PARALLEL_MIN_FMAS = 1 << 23
+# Contiguous rows of at least this many terms fold their lanes in compiled code: NumPy's
+# per-step overhead (one step per 32 terms) dominates above it (measured, benchmarks/arith_bench.py).
+_COMPILED_FOLD_MIN = 256
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,12 +297,16 @@ def _lane_sum(x: np.ndarray, accum: Format) -> np.ndarray:
     # lane 0 unchanged.
     width = LANES if L >= LANES else 1 << max(L - 1, 0).bit_length()
     p = np.full(x.shape[:-1] + (width,), -0.0, dtype=carrier)
-    full = L - L % LANES
     with np.errstate(all="ignore"):
-        for j in range(0, full, LANES):  # lane l folds x_l, x_{l+32}, ... left to right
-            p = comb(p, x[..., j:j + LANES])
-        if full < L:
-            p[..., :L - full] = comb(p[..., :L - full], x[..., full:])
+        if accum.name in ("f32", "f64") and L >= _COMPILED_FOLD_MIN and x.flags.c_contiguous:
+            from .kernels import lane_fold  # the same additions, compiled
+            lane_fold(x.reshape(-1, L), p.reshape(-1, width))
+        else:
+            full = L - L % LANES
+            for j in range(0, full, LANES):  # lane l folds x_l, x_{l+32}, ... left to right
+                p = comb(p, x[..., j:j + LANES])
+            if full < L:
+                p[..., :L - full] = comb(p[..., :L - full], x[..., full:])
         while width > 1:  # the butterfly (offsets 16, 8, 4, 2, 1), lanes 0 … offset−1 only:
             width //= 2   # lane 0's result depends on no others, and ⊕ commutes
             p = comb(p[..., :width], p[..., width:2 * width])
