@@ -9,16 +9,30 @@ plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-b
 element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
 ``__syncthreads()``. A fragment is a register array holding the elements ``j ≡ lane (mod
-lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` over k
-ascending — the NUM-RED-1 order, so a compiled kernel would compute the interpreter's bits.
+lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` (``fma`` in
+f64) over k ascending — the NUM-RED-1 order, so a compiled kernel would compute the
+interpreter's bits. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
+broadcast along an axis (``[Br, 1]`` against ``[Br, Dv]``) is not owned by the lane that
+needs it, so it is read from the shared view it was ``frag_load``-ed from — which the
+emitter allows only when nothing between the load and the use writes memory or waits.
+
+Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
+``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
+(cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
+narrower format is exact and is a C cast; every other conversion (a ``cast``, or a store of
+a value into a buffer of another format) calls the device header's ``tsr_cvt<T>(x)``, which
+must implement NUM-CVT: round to nearest even, native overflow (f16/bf16/e5m2 ±inf, e4m3
+the NaN of the sign) and NaN kept with its sign as the format's canonical quiet NaN (see
+``HEADER`` for how CUDA's own conversions differ).
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
 (``tessera_device.cuh``; DESIGN §9). Index values are ``long`` and are never negative in the
 lowered kernels, so C's ``/`` and ``%`` agree with Tile IR's ``floordiv`` and ``mod``.
 
-The text is what the CUDA phase will compile with NVRTC; nothing here has been compiled or
-run on a GPU, and the header says so.
+The text is what the CUDA phase will compile with NVRTC; this build never runs it, and the
+header says it is not yet compiled (the tests only type-check it, and compile it with nvcc
+where the CUDA toolkit is installed).
 """
 from __future__ import annotations
 
@@ -35,20 +49,61 @@ HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
 // NOT YET COMPILED: this build has no NVRTC step; the CUDA phase compiles this text.
 #include <cuda_fp16.h>
-#include "tessera_device.cuh"  // tsr_cp_async*, tsr_exp, tsr_rsqrt, tsr_max/min, TSR_SWIZZLE (CPU twin for tests)
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include "tessera_device.cuh"  // tsr_cp_async*, tsr_exp, tsr_rsqrt, tsr_max/min, tsr_cvt, TSR_SWIZZLE
+// tsr_cvt<T>(x) is NUM-CVT: round to nearest even, native overflow, a NaN stays a NaN of its sign
+// (the format's canonical quiet NaN). CUDA's conversions (cuda_bf16.hpp, cuda_fp8.hpp of
+// CUDA 12.2 and 13.0) agree except on NaN inputs: __float2bfloat16_rn rounds to nearest even
+// (overflow to inf) but gives the NaN 0x7FFF; __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3
+// or __NV_E5M2) (via __nv_cvt_double_to_fp8) rounds to nearest even, maps |x| above the
+// largest finite value plus half an ulp to 0x7F | sign for e4m3 (its NaN; e4m3 has no inf)
+// and 0x7C | sign (inf) for e5m2, but first replaces a NaN input by +NaN, giving 0x7F in
+// both, where NUM-CVT gives 0x7F / 0xFF and 0x7E / 0xFE. So tsr_cvt handles NaN inputs
+// itself, then calls these.
 """
 
-_CTYPE = {"f32": "float", "f16": "__half", "f64": "double", "i1": "bool"}
+_CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
+          "fp8_e5m2": "__nv_fp8_e5m2", "i1": "bool"}
+#: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
+_WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
+                                                 "for", "if")}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
 
-def _ctype(t) -> str:
+def _format(t) -> str | None:
+    """The format name of a scalar, buffer or fragment type (None for index and masks)."""
+    if isinstance(t, IndexType) or isinstance(t, TensorType) and t.rank == 0:
+        return None
+    return t.format.name if isinstance(t, ScalarType) else t.policy.storage.name
+
+
+def _c(fmt: str, what, location=None) -> str:
+    """The C type of format ``fmt``; a LoweringError for a format the emitter has none for."""
+    if fmt not in _CTYPE:
+        raise LoweringError(f"the CUDA emitter has no C type for the format {fmt} (of {what})", location=location,
+                            fix=f"use one of {', '.join(f for f in _CTYPE if f != 'i1')}")
+    return _CTYPE[fmt]
+
+
+def _ctype(t, location=None) -> str:
     if isinstance(t, IndexType):
         return "long"
     if isinstance(t, TensorType) and t.rank == 0:
         return "bool"
-    return _CTYPE.get(t.format.name if isinstance(t, ScalarType) else t.policy.storage.name, "float")
+    return _c(_format(t), t, location)
+
+
+def _convert(expr: str, src, dst, location=None) -> str:
+    """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
+    docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``)."""
+    if src == dst or src is None or dst is None:
+        return expr
+    ctype = _c(dst, f"a conversion from {src}", location)
+    if dst == "f64" or dst == "f32" and src != "f64":
+        return f"({ctype})({expr})"
+    return f"tsr_cvt<{ctype}>({expr})"
 
 
 class _View:
@@ -70,6 +125,8 @@ class _View:
 class _Emitter:
     def __init__(self, func):
         self.func, self.lines, self.names, self.count = func, [], {}, 0
+        self.location = func.location  # of the op being emitted, for errors
+        self.loaded = {}  # fragment value -> (its frag_load op, the view it was loaded from)
         self.indent = 1
         self.lanes = func.attributes.get("launch.lanes")
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
@@ -79,6 +136,9 @@ class _Emitter:
             self.names[value] = f"v{self.count}"
             self.count += 1
         return self.names[value]
+
+    def ctype(self, t) -> str:
+        return _ctype(t, self.location)
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -107,10 +167,10 @@ class _Emitter:
             t = arg.type
             if isinstance(t, TensorType) and t.rank > 0:
                 const = "" if pname in mut else "const "
-                params.append(f"{const}{_ctype(t)}* __restrict__ {pname}")
+                params.append(f"{const}{self.ctype(t)}* __restrict__ {pname}")
                 self.names[arg] = _View(pname, "0", t.shape, self.strides(t.shape), itemsize=t.dtype.itemsize)
             else:
-                params.append(f"{_ctype(t)} {pname}")
+                params.append(f"{self.ctype(t)} {pname}")
                 self.names[arg] = pname
         params += [f"long {s}" for s in self.sizes]
         launch = ""
@@ -125,6 +185,7 @@ class _Emitter:
             short = op.name.rsplit(".", 1)[-1]
             if op.name == "tessera.return" or short == "yield":
                 continue
+            self.location = op.location
             handler = getattr(self, f"op_{short}", None)
             if handler is None:
                 raise LoweringError(f"the CUDA emitter has no rule for '{op.name}'", location=op.location,
@@ -133,7 +194,7 @@ class _Emitter:
 
     def value(self, op, expr: str) -> None:
         r = op.results[0]
-        self.emit(f"{_ctype(r.type)} {self.name(r)} = {expr};")
+        self.emit(f"{self.ctype(r.type)} {self.name(r)} = {expr};")
 
     def arg(self, v) -> str:
         n = self.names.get(v)
@@ -171,22 +232,37 @@ class _Emitter:
             text = str(v)
         self.value(op, text)
 
+    @staticmethod
+    def _binary_expr(fn: str, a: str, b: str, floating: bool) -> str:
+        if fn in ("min", "max"):
+            return f"{'tsr_' if floating else ''}{fn}({a}, {b})"
+        return f"{a} {_BIN[fn]} {b}"
+
+    @staticmethod
+    def _unary_expr(fn: str, x: str) -> str:
+        return {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": f"fabs({x})"}.get(fn, f"tsr_{fn}({x})")
+
     def op_binary(self, op):
         fn = op.attributes["fn"]
+        floating = not isinstance(op.results[0].type, IndexType)
+        if self._is_frag(op.results[0].type):
+            self._frag_map(op, lambda a, b: self._binary_expr(fn, a, b, floating))
+            return
         a, b = (self.arg(v) for v in op.operands)
-        if fn in ("min", "max"):
-            floating = not isinstance(op.results[0].type, IndexType)
-            self.value(op, f"{'tsr_' if floating else ''}{fn}({a}, {b})")
-        else:
-            self.value(op, f"{a} {_BIN[fn]} {b}")
+        self.value(op, self._binary_expr(fn, a, b, floating))
 
     def op_unary(self, op):
-        fn, x = op.attributes["fn"], self.arg(op.operands[0])
-        expr = {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": f"fabs({x})"}.get(fn, f"tsr_{fn}({x})")
-        self.value(op, expr)
+        fn = op.attributes["fn"]
+        if self._is_frag(op.results[0].type):
+            self._frag_map(op, lambda x: self._unary_expr(fn, x))
+            return
+        self.value(op, self._unary_expr(fn, self.arg(op.operands[0])))
 
     def op_cast(self, op):
-        self.value(op, f"({_ctype(op.results[0].type)})({self.arg(op.operands[0])})")
+        src, dst = _format(op.operands[0].type), _format(op.results[0].type)
+        x = self.arg(op.operands[0])
+        cast = _convert(x, src, dst, op.location) if src and dst else f"({self.ctype(op.results[0].type)})({x})"
+        self.value(op, cast)
 
     def op_select(self, op):
         m, a, b = (self.arg(v) for v in op.operands)
@@ -200,13 +276,14 @@ class _Emitter:
     def op_store(self, op):
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
-        self.emit(f"{view.at([self.arg(v) for v in index])} = {self.arg(value)};")
+        stored = _convert(self.arg(value), _format(value.type), _format(op.operands[0].type), op.location)
+        self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):
         t, pad = op.results[0].type, op.attributes["pad"]
         name = self.name(op.results[0])
         rows = math.prod(t.shape[:-1])
-        self.emit(f"__shared__ __align__(128) {_ctype(t)} {name}[{rows * (t.shape[-1] + pad)}];"
+        self.emit(f"__shared__ __align__(128) {self.ctype(t)} {name}[{rows * (t.shape[-1] + pad)}];"
                   f"  // {list(t.shape)}, rows padded by {pad}, swizzle {op.attributes['swizzle']}")
         self.names[op.results[0]] = _View(name, "0", t.shape, self.strides(t.shape, pad),
                                           op.attributes["swizzle"] == "xor", t.dtype.itemsize)
@@ -272,21 +349,67 @@ class _Emitter:
 
     def _new_frag(self, value) -> str:
         name = self.name(value)
-        self.emit(f"{_ctype(value.type)} {name}[{self._frag_len(value.type)}];")
+        self.emit(f"{self.ctype(value.type)} {name}[{self._frag_len(value.type)}];")
         return name
 
     def op_fill(self, op):
         name = self._new_frag(op.results[0])
         v = op.attributes["value"]
-        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type)}; ++s) {name}[s] = {v!r}f;")
+        value = _convert(f"{v!r}f", "f32", _format(op.results[0].type), op.location)
+        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type)}; ++s) {name}[s] = {value};")
 
     def op_frag_load(self, op):
-        src, name = self.names[op.operands[0]], self._new_frag(op.results[0])
-        self._owned(op.results[0].type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"))
+        frag, src = op.results[0], self.names[op.operands[0]]
+        self.loaded[frag] = (op, src)
+        users = frag.users
+        if users and all(u.results and self._is_frag(u.results[0].type) and u.results[0].type.shape != frag.type.shape
+                         for u in users):
+            self.emit(f"// {list(frag.type.shape)} fragment used broadcast only: read from its view where used")
+            return
+        name = self._new_frag(frag)
+        self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"))
 
     def op_frag_store(self, op):
         dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
-        self._owned(op.operands[1].type, lambda s, m, n: self.emit(f"{dst.at([m, n])} = {frag}[{s}];"))
+        src_fmt, dst_fmt = _format(op.operands[1].type), _format(op.operands[0].type)
+        self._owned(op.operands[1].type, lambda s, m, n: self.emit(
+            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"))
+
+    @staticmethod
+    def _is_frag(t) -> bool:
+        return isinstance(t, TensorType) and t.rank > 0
+
+    def _element(self, op, v, shape, s: str, m: str, n: str) -> str:
+        """Operand ``v`` of fragment op ``op`` at the element (``m``, ``n``) of the result
+        ``shape`` owned in slot ``s``: a lane value as it is, a same-shape fragment's slot, or
+        a broadcast fragment re-read from the view it was loaded from."""
+        if not self._is_frag(v.type):
+            return self.arg(v)
+        if tuple(v.type.shape) == tuple(shape):
+            return f"{self.arg(v)}[{s}]"
+        load, view = self.loaded.get(v, (None, None))
+        between, at = set(), None
+        if load is not None and load.parent is op.parent:
+            at = load._next
+            while at is not None and at is not op:
+                between.add(at.name)
+                at = at._next
+        if at is None or between & _WRITES:
+            raise LoweringError(f"the CUDA emitter broadcasts the fragment {v.type} to {list(shape)} by re-reading "
+                                f"the view it was loaded from, so it must be frag_load-ed in the same block with "
+                                f"no store, copy, wait, barrier or loop before this use", location=op.location,
+                                fix="frag_load the broadcast operand right before the fragment operation")
+        return view.at([i if d != 1 else "0" for i, d in zip((m, n), v.type.shape)])
+
+    def _frag_map(self, op, expr) -> None:
+        """A fragment ``binary``/``unary``: ``expr`` of the operands on every owned element."""
+        t = op.results[0].type
+        if t.rank != 2:
+            raise LoweringError(f"the CUDA emitter handles fragment arithmetic on 2-D fragments, got {t}",
+                                location=op.location, fix="reshape the fragments to 2-D")
+        name = self._new_frag(op.results[0])
+        self._owned(t, lambda s, m, n: self.emit(
+            f"{name}[{s}] = {expr(*(self._element(op, v, t.shape, s, m, n) for v in op.operands))};"))
 
     def op_mma(self, op):
         a, b, acc = op.operands
@@ -295,11 +418,14 @@ class _Emitter:
             raise LoweringError("the CUDA emitter handles mma of buffer views", location=op.location)
         name = self._new_frag(op.results[0])
         K = a.type.shape[1]
+        accum = op.attributes["accum"]
+        fma = "fma" if accum == "f64" else "fmaf"
 
         def body(s, m, n):
-            self.emit(f"float acc = {C}[{s}];")
-            self.emit(f"for (int k = 0; k < {K}; ++k) acc = fmaf({A.at([m, 'k'])}, {B.at(['k', n])}, acc);"
-                      "  // NUM-RED-1: k ascending")
+            ea = _convert(A.at([m, "k"]), _format(a.type), accum, op.location)
+            eb = _convert(B.at(["k", n]), _format(b.type), accum, op.location)
+            self.emit(f"{_c(accum, 'the mma accumulator', op.location)} acc = {C}[{s}];")
+            self.emit(f"for (int k = 0; k < {K}; ++k) acc = {fma}({ea}, {eb}, acc);  // NUM-RED-1: k ascending")
             self.emit(f"{name}[{s}] = acc;")
         self._owned(op.results[0].type, body)
 
@@ -313,14 +439,14 @@ class _Emitter:
             view = self.names.get(init) if init is not None else None
             if isinstance(view, _View):
                 name = self.name(r)
-                self.emit(f"{_ctype(r.type)}* {name};  // a buffer that changes from iteration to iteration")
+                self.emit(f"{self.ctype(r.type)}* {name};  // a buffer that changes from iteration to iteration")
                 self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize)
                 names.append(name)
             elif isinstance(r.type, TensorType) and r.type.rank > 0:
                 names.append(self._new_frag(r))
             else:
                 names.append(self.name(r))
-                self.emit(f"{_ctype(r.type)} {names[-1]};")
+                self.emit(f"{self.ctype(r.type)} {names[-1]};")
         return names
 
     def _assign(self, targets, values, types) -> None:
@@ -330,12 +456,12 @@ class _Emitter:
             view = self.names.get(v)
             if isinstance(view, _View):
                 src = f"&{view.ptr}[{view.offset}]"
-                decl = f"{_ctype(t)}*"
+                decl = f"{self.ctype(t)}*"
             elif isinstance(t, TensorType) and t.rank > 0:
                 self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
                 continue
             else:
-                src, decl = self.arg(v), _ctype(t)
+                src, decl = self.arg(v), self.ctype(t)
             if tgt != src:
                 staged.append((tgt, src, decl))
         if len(staged) == 1:

@@ -8,7 +8,9 @@ attributes are the schedule: the family's defaults, overridden by the user's dir
 reports them). An op's family is its primitive's ``lower`` rule (the registry, DESIGN §5);
 the families (LOWER-FAMILY-1):
 
-- ``matmul`` — 2-D ``matmul`` (with or without ``C``), tile (BM, BN, BK);
+- ``matmul`` — ``matmul`` (with or without ``C``; batch axes broadcast, ``transpose_a`` /
+  ``transpose_b``), tile (BM, BN, BK) over the output matrix ``M × N`` and the contraction
+  ``K`` of :func:`.tile_matmul.matmul_dims` (the transposes applied);
 - ``rows`` — ``sum``/``mean``/``max``/``min`` over contiguous axes, ``softmax``,
   ``layernorm_safe``, ``rmsnorm_safe``: one warp (32 lanes) per row, tile (rows per tile,);
 - ``elementwise`` — same-shape ``add``/``sub``/``mul``/``div``/``maximum``/``minimum``/
@@ -22,6 +24,7 @@ from ..ir import Block, Module, Operation
 from ..ir import schedule as S
 from ..ir.builtin import FUNC, func_op
 from ..ops.primitive import PRIMITIVES, primitive_of
+from .tile_matmul import matmul_dims
 
 __all__ = ["DEFAULTS", "family_of", "lowerable_ops", "fit_schedule", "graph_to_schedule"]
 
@@ -68,23 +71,17 @@ def _fit(size: int, want: int) -> int:
 
 
 def _rows(op: Operation) -> int:
-    """How many independent rows a row-family op reduces or normalizes."""
-    x = op.operands[0].type
-    total = 1
-    for d in x.shape:
-        total *= d
-    return total // row_length(op)
-
-
-def row_length(op: Operation) -> int:
-    """The length of the axis (or flattened contiguous axes) a row-family op works along."""
+    """How many independent rows a row-family op reduces or normalizes: the product of the
+    sizes of the axes it does not work along (an empty reduced axis still leaves these rows,
+    each reduced to the identity)."""
     shape = op.operands[0].type.shape
     axes = op.attributes["axis"]
-    axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    length = 1
-    for a in axes:
-        length *= shape[a]
-    return length
+    axes = {a % len(shape) for a in ((axes,) if isinstance(axes, int) else axes)}
+    total = 1
+    for i, d in enumerate(shape):
+        if i not in axes:
+            total *= d
+    return total
 
 
 def fit_schedule(op: Operation, directives: dict | None = None) -> dict:
@@ -109,7 +106,7 @@ def fit_schedule(op: Operation, directives: dict | None = None) -> dict:
                 continue  # a tile shape for another family
         s[key] = value
     if family == "matmul":
-        (m, k), n = op.operands[0].type.shape[-2:], op.operands[1].type.shape[-1]
+        _, m, n, k = matmul_dims(op)
         s["tile"] = [_fit(m, s["tile"][0]), _fit(n, s["tile"][1]), _fit(k, s["tile"][2])]
     elif family == "attention":
         q = op.operands[0].type.shape

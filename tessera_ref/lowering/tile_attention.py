@@ -4,23 +4,28 @@ One tile owns ``Br`` query rows of one batch entry (grid ``(Sq/Br, batch)``) and
 keys in blocks of ``Bc = block_k`` — the op's own block size, because the blocked online
 softmax *is* the op's definition (GRAPH-FLASHATTENTION-1). Per tile (LOWER-FA-1):
 
-1. the Q tile is copied to shared memory once (cp.async); the output accumulator
-   ``acc [Br, Dv]``, the running max ``m`` (−inf) and the running sum ``ℓ`` (+0) live in
-   shared memory;
+1. the Q tile is copied to shared memory once (cp.async); the running max ``m`` (−inf),
+   the running sum ``ℓ`` (+0) and the rescale factor ``α`` of each row live in ``[Br, 1]``
+   shared buffers; the output accumulator ``acc [Br, Dv]`` (+0) is a register fragment
+   carried through the key-block loop, as a GPU kernel keeps it in registers;
 2. the K and V blocks are cp.async'ed into rings of ``stages`` buffers (one without
    ``async_copy``), rows padded by ``padding``, with the pipeline of :mod:`.tile_matmul`
    (LOWER-MATMUL-2): a prologue commits blocks ``0 … stages−2``; block ``j`` waits for at
    most ``stages−2`` pending groups, passes a barrier, refills the buffers of block ``j−1``
    with block ``j+stages−1`` and commits; ``wait(0)`` after the loop retires the empty
-   groups. With one stage each block is copied, waited for and made visible before use;
+   groups. With one stage each block is copied, waited for and made visible before use, and
+   a barrier ends the block (the next block's copy overwrites buffers every lane read);
 3. the lanes copy the K block transposed into a Kᵀ tile; ``S = mma(Q, Kᵀ)`` from +0
-   (NUM-RED-1);
+   (NUM-RED-1), stored to the shared S/P tile;
 4. each warp takes rows in turn: ``s = S ⊗ scale`` (masked to −inf above the causal
    diagonal), ``m' = max(m, max_j s_j)``, ``shift = m'`` (0 when −inf),
    ``p_j = exp(s_j ⊖ shift)`` written over S, ``α = exp(m ⊖ shift)``,
    ``ℓ' = α ⊗ ℓ ⊕ Σ_j p_j`` with the row sum in the NUM-RED-2 warp order;
-5. ``PV = mma(P, V)`` from +0; every element ``acc' = α ⊗ acc ⊕ PV``;
-6. after the last block ``O = acc ⊘ ℓ`` rounded once into storage.
+5. after a barrier, the fragment ``PV = mma(P, V)`` from +0 and ``acc' = α ⊗ acc ⊕ PV``
+   as fragment arithmetic (``α`` loaded as a ``[Br, 1]`` fragment and broadcast): one
+   rounding per operation and element, as the scalar form;
+6. after the last block ``O = acc ⊘ ℓ`` (``ℓ`` broadcast likewise), stored as a fragment and
+   rounded once into storage by the store (TILE-NUM-2).
 
 Every operation and order is the Graph IR interpreter's, so the result has its bits for
 every number of stages. The stages change the shared memory and when copies land, never
@@ -82,18 +87,17 @@ def lower_attention(kop, name: str) -> KernelPlan:
     Ks = kb.alloc((stages, Bc, D), storage, pad=pad)
     Vs = kb.alloc((stages, Bc, Dv), storage, pad=pad)
     Kt = kb.alloc((D, Bc), storage, pad=pad)
-    Ss, PVs, Acc = (kb.alloc(shape, accum, pad=pad) for shape in ((Br, Bc), (Br, Dv), (Br, Dv)))
-    Ms, Ls, Al = kb.alloc((Br,), accum), kb.alloc((Br,), accum), kb.alloc((Br,), accum)
+    Ss = kb.alloc((Br, Bc), accum, pad=pad)
+    Ms, Ls, Al = (kb.alloc((Br, 1), accum) for _ in range(3))  # per-row m, ℓ, α: [Br, 1] broadcasts over Dv
     scratch = kb.alloc((W, 32), accum)
     c = lambda x: kb.const(x, accum)  # noqa: E731 - an accum constant
 
     def split(e, cols):
         return kb.binary("floordiv", e, cols), kb.binary("mod", e, cols)
 
-    each_element(kb, Br * Dv, lanes, lambda e: kb.store(Acc, list(split(e, Dv)), c(0.0)))
     def init_row(e):
-        kb.store(Ms, [e], c(-math.inf))
-        kb.store(Ls, [e], c(0.0))
+        kb.store(Ms, [e, 0], c(-math.inf))
+        kb.store(Ls, [e, 0], c(0.0))
     each_element(kb, Br, lanes, init_row)
     kb.cp_async(Qs, kb.subview(Q, [b, r0, 0], (Br, D)))
     kb.commit()
@@ -113,7 +117,7 @@ def lower_attention(kop, name: str) -> KernelPlan:
             issue(st)
         kb.commit()
 
-    def key_block(blk):
+    def key_block(blk, acc):
         t0 = kb.binary("mul", blk, Bc)
         if stages == 1:  # copy, wait, and make the block visible
             issue(blk)
@@ -138,7 +142,7 @@ def lower_attention(kop, name: str) -> KernelPlan:
 
         def row_step(i):
             row = kb.binary("add", kb.binary("mul", i, W), w)
-            m_old, ell_old = kb.load(Ms, [row]), kb.load(Ls, [row])
+            m_old, ell_old = kb.load(Ms, [row, 0]), kb.load(Ls, [row, 0])
 
             def score(j):
                 sj = kb.binary("mul", kb.load(Ss, [row, j]), c(scale))
@@ -160,34 +164,24 @@ def lower_attention(kop, name: str) -> KernelPlan:
             ell = kb.binary("add", kb.binary("mul", alpha, ell_old), psum)
 
             def keep():
-                kb.store(Ms, [row], m_new)
-                kb.store(Ls, [row], ell)
-                kb.store(Al, [row], alpha)
+                kb.store(Ms, [row, 0], m_new)
+                kb.store(Ls, [row, 0], ell)
+                kb.store(Al, [row, 0], alpha)
                 return []
             kb.if_(kb.binary("eq", l, 0), then=keep)
             return []
         kb.for_(0, Br // W, 1, body=row_step)
-        kb.barrier()
-        v_block = kb.subview(Vs, [k_slot, 0, 0], (Bc, Dv))
-        kb.frag_store(PVs, kb.mma(Ss, v_block, kb.fill((Br, Dv), accum, 0.0), accum=accum))
-        kb.barrier()
-
-        def update(e):
-            r, d = split(e, Dv)
-            kb.store(Acc, [r, d], kb.binary("add", kb.binary("mul", kb.load(Al, [r]), kb.load(Acc, [r, d])),
-                                            kb.load(PVs, [r, d])))
-        each_element(kb, Br * Dv, lanes, update)
-        kb.barrier()
-        return []
-    kb.for_(0, nblk, 1, body=key_block, prefetch=stages if s["async_copy"] else 0)
+        kb.barrier()  # P, α, m and ℓ are visible
+        pv = kb.mma(Ss, kb.subview(Vs, [k_slot, 0, 0], (Bc, Dv)), kb.fill((Br, Dv), accum, 0.0), accum=accum)
+        acc = kb.binary("add", kb.binary("mul", kb.frag_load(Al), acc), pv)
+        if stages == 1:
+            kb.barrier()  # every lane is done with the K, V and P buffers before the next block's copies
+        return [acc]
+    acc, = kb.for_(0, nblk, 1, init=[kb.fill((Br, Dv), accum, 0.0)], body=key_block,
+                   prefetch=stages if s["async_copy"] else 0)
     if stages > 1:
         kb.wait(0)  # retire the empty groups committed past the last block
-
-    def finish(e):
-        r, d = split(e, Dv)
-        out = kb.binary("div", kb.load(Acc, [r, d]), kb.load(Ls, [r]))
-        kb.store(O, [b, kb.binary("add", r0, r), d], out if storage == accum else kb.cast(out, storage))
-    each_element(kb, Br * Dv, lanes, finish)
+    kb.frag_store(kb.subview(O, [b, r0, 0], (Br, Dv)), kb.binary("div", acc, kb.frag_load(Ls)))  # rounded once
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), (Sq // Br, batch), lanes, [(batch, Sq, D), (batch, Sk, D), (batch, Sk, Dv)],
                       [(batch, Sq, Dv)])

@@ -13,6 +13,8 @@ semantics (NaN is unordered: only ``not_equal`` is true; −0 == +0); the logica
 """
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from ..errors import DTypeError
@@ -22,6 +24,7 @@ from ..numerics import accum_op
 from ..numerics.arith import canonical_nan, to_accum
 from .adjoint import constant, seed_of, sum_terms, unbroadcast
 from .bind import bind
+from .exact import ieee_extreme
 from .primitive import NOT_DIFFERENTIABLE, define, primitive
 from .sharding import elementwise_rule, linear_rule
 from .values import asarray
@@ -50,23 +53,12 @@ def arithmetic_infer(name: str):
     return infer
 
 
-def _ieee_extreme(op: str):
-    """IEEE 754-2019 maximum/minimum on accum arrays (NaN wins; −0 < +0)."""
-    def compute(a, b):
-        r = np.maximum(a, b) if op == "max" else np.minimum(a, b)
-        zeros = (a == 0) & (b == 0)
-        if zeros.any():
-            neg = np.signbit(a) & np.signbit(b) if op == "max" else np.signbit(a) | np.signbit(b)
-            r = np.where(zeros, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
-        return r
-    return compute
-
-
 # operation in the accum format, per op: ("ieee", name of numerics op) or a NumPy function of
 # accum arrays whose result is exact (sign operations, selections of an operand)
 _ARITH = {
     "add": "add", "sub": "sub", "mul": "mul", "div": "div", "fma": "fma",
-    "neg": np.negative, "abs": np.abs, "minimum": _ieee_extreme("min"), "maximum": _ieee_extreme("max"),
+    "neg": np.negative, "abs": np.abs, "minimum": partial(ieee_extreme, op="min"),
+    "maximum": partial(ieee_extreme, op="max"),
 }
 _FLOPS = {"fma": 2}
 

@@ -7,6 +7,7 @@
 - :func:`reduce_axes` — the canonical axis reduction (NUM-RED-2) over one or several axes:
   the reduced axes, in ascending order, are flattened row-major into one axis of length
   ``L = prod(sizes)`` and reduced in the 32-lane + butterfly order.
+- :func:`ieee_extreme` — IEEE 754-2019 ``maximum``/``minimum`` of two arrays, elementwise.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import numpy as np
 from ..numerics import reduce_canonical, xmath
 from ..numerics.arith import accum_format, canonical_nan, round_f64_into, to_accum
 
-__all__ = ["MATH_FUNCTIONS", "math_in_accum", "reduce_axes", "move_axes_last"]
+__all__ = ["MATH_FUNCTIONS", "math_in_accum", "reduce_axes", "move_axes_last", "ieee_extreme"]
 
 #: The NUM-MATH algorithms by op name (``sqrt`` is not here: it is one IEEE operation, NUM-EW-1).
 MATH_FUNCTIONS = {
@@ -24,6 +25,23 @@ MATH_FUNCTIONS = {
     "silu": xmath.silu, "gelu": xmath.gelu, "gelu_tanh": xmath.gelu_tanh, "rsqrt": xmath.rsqrt,
     "pow": xmath.pow,
 }
+
+
+def ieee_extreme(a, b, op: str) -> np.ndarray:
+    """IEEE 754-2019 ``maximum(a, b)`` (``op = "max"``) or ``minimum(a, b)`` (``"min"``),
+    elementwise with NumPy broadcasting, on arrays of one floating-point format.
+
+    Both are exact (the result is one of the operands): a NaN operand gives NaN (whichever
+    operand it is, unlike C's ``fmax``), and −0 is less than +0, so ``maximum(+0, −0) = +0``
+    and ``minimum(+0, −0) = −0`` in either operand order. NaNs come back as NumPy produces
+    them; callers make them canonical.
+    """
+    r = np.maximum(a, b) if op == "max" else np.minimum(a, b)
+    zeros = (a == 0) & (b == 0)
+    if np.any(zeros):
+        neg = np.signbit(a) & np.signbit(b) if op == "max" else np.signbit(a) | np.signbit(b)
+        r = np.where(zeros, np.where(neg, -0.0, 0.0).astype(r.dtype), r)
+    return r
 
 
 def math_in_accum(name: str, *operands, accum) -> np.ndarray:

@@ -1,5 +1,6 @@
 """LOWER-FA-1 and LOWER-COST-1: the FlashAttention kernel's bits, and the cost model against
 the tile interpreter's counters."""
+import ml_dtypes
 import numpy as np
 import pytest
 from lowering_helpers import assert_same_bits, lowered
@@ -19,7 +20,8 @@ def _kernels(program):
     return [o for o in program.func.regions[0].entry if o.name == S.KERNEL]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                                   ml_dtypes.float8_e5m2])
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_matches_graph(dtype, causal):
     q = RNG.standard_normal((2, 64, 32)).astype(dtype)
@@ -65,6 +67,18 @@ def test_flash_attention_honours_the_pipeline_stages(stages, async_copy):
     assert cost.smem_bytes == shared_bytes(program.tile)
 
 
+def test_flash_attention_keeps_the_accumulator_in_registers():
+    """The accumulator and PV are fragments: the kernel's shared buffers are Q, the K and V
+    rings, Kᵀ, S/P, m, ℓ, α and the butterfly scratch — no [Br, Dv] accum tile."""
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in QKV_SHAPES)
+    _, _, _, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
+                               directives=dict(tile=(32, 32, 32), stages=2), checks=False)
+    allocs = [o.results[0].type for o in program.tile.walk() if o.name == "tessera.tile.alloc"]
+    assert sorted(str(t) for t in allocs) == sorted(["tensor<32x32xf32>", "tensor<2x32x32xf32>", "tensor<2x32x16xf32>",
+                                                     "tensor<32x32xf32>", "tensor<32x32xf32>", "tensor<32x1xf32>",
+                                                     "tensor<32x1xf32>", "tensor<32x1xf32>", "tensor<4x32xf32>"])
+
+
 def test_flash_attention_overlaps_loads_only_when_pipelined():
     q, k, v = (RNG.standard_normal(shape).astype(np.float16) for shape in QKV_SHAPES)
     costs = {}
@@ -90,6 +104,21 @@ def test_planted_missing_barrier_in_the_attention_pipeline_is_a_race():
         run(broken, [q, k, v, out], grid=(2, 2), lanes=128, checks=True)
 
 
+def test_planted_missing_end_of_block_barrier_with_one_stage_is_a_race():
+    """With one stage the next block's copy refills the K and V buffers the PV mma just read:
+    without the barrier that ends each block, the checker reports the copy as a race."""
+    q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in QKV_SHAPES)
+    _, _, _, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
+                               directives=dict(tile=(32, 32, 32), stages=1))
+    text = str(program.tile)
+    at = text.index('"tessera.tile.barrier"', text.index('"tessera.tile.frag_load"'))  # after acc' = α ⊗ acc ⊕ PV
+    broken = parse_module(text[:text.rindex("\n", 0, at)] + text[text.index("\n", at):])
+    out = np.zeros((2, 64, 16), np.float32)
+    run(broken, [q, k, v, out.copy()], grid=(2, 2), lanes=128, checks=False)  # it still runs ...
+    with pytest.raises(TileRaceError, match="cp_async"):  # ... but the checker objects
+        run(broken, [q, k, v, out], grid=(2, 2), lanes=128, checks=True)
+
+
 def test_flash_attention_with_a_scale_and_a_block_that_does_not_divide():
     q = RNG.standard_normal((32, 16)).astype(np.float32)
     got, want, _, _ = lowered(lambda q: op.flash_attention(q, q, q, scale=0.3, block_k=16), q)
@@ -112,6 +141,29 @@ def test_cost_model_counts_what_the_interpreter_counts(fn, shapes, dtype, direct
     cost = kernel_cost(_kernels(program)[0])
     assert cost.hbm_bytes == reports[0].counters.hbm_bytes
     assert cost.smem_bytes == shared_bytes(program.tile)
+
+
+@pytest.mark.parametrize("fn,shapes,directives", [
+    (lambda a, b: op.matmul(a, b), [(64, 96), (96, 128)], dict(tile=(32, 64, 32))),
+    (lambda a, b: op.matmul(a, b, transpose_a=True), [(96, 64), (96, 64)], None),
+    (lambda a, b: op.matmul(a, b, transpose_b=True), [(3, 64, 32), (1, 64, 32)], dict(tile=(32, 32, 16), stages=3)),
+    (lambda a, b, c: op.gemm(a, b, c), [(2, 1, 32, 64), (3, 64, 32), (32, 32)], dict(tile=(16, 32, 32))),
+    (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), [(2, 64, 32), (2, 96, 32), (2, 96, 16)],
+     dict(tile=(32, 32, 32), stages=3)),
+    (lambda q, k, v: op.flash_attention(q, k, v, block_k=16, causal=True), [(32, 16), (48, 16), (48, 24)],
+     dict(tile=(16, 16, 16), lanes=64, stages=1)),
+    (lambda q, k, v: op.flash_attention(q, k, v, block_k=48), [(3, 64, 16), (3, 96, 16), (3, 96, 16)], None),
+])
+def test_cost_model_flops_and_bytes_are_the_interpreter_counts(fn, shapes, directives):
+    """LOWER-COST-1 for matmul (batched, broadcast, transposed, with C) and FlashAttention:
+    the model's FLOPs, HBM bytes and shared memory are what running the kernel counts."""
+    args = [RNG.standard_normal(s).astype(np.float32) for s in shapes]
+    _, _, reports, program = lowered(fn, *args, directives=directives, checks=False)
+    cost = kernel_cost(_kernels(program)[0])
+    counted = reports[0].counters
+    assert (cost.flops, cost.hbm_bytes, cost.smem_bytes) == (counted.flops, counted.hbm_bytes,
+                                                            shared_bytes(program.tile))
+    assert cost.tiles == counted.tiles
 
 
 def test_naive_attention_model_matches_three_lowered_kernels():

@@ -30,6 +30,34 @@ def _abstract_matmul(n):
 SPACE = dict(tile=[(64, 64, 32), (128, 128, 32), (256, 256, 64)], stages=[2, 4])
 
 
+def _abstract(fn, *shapes, dtype="f32"):
+    trace = Trace("f")
+    args = trace.arguments([TensorType(s, as_policy(dtype)) for s in shapes])
+    with trace:
+        out = fn(*args)
+    return trace.finish([out])
+
+
+def test_seed_003_flash_attention_schedule_fits_with_three_stages():
+    """LOWER-FA-2: with the accumulator in registers, seed 003's 3-stage schedule needs
+    201,088 B of shared memory, under H100's 232,448 B; a fourth stage does not fit."""
+    graph = _abstract(lambda q, k, v: op.flash_attention(q, k, v, block_k=128), *[(1024, 64)] * 3, dtype="f16")
+    result = AT.autotune_schedule(graph, dict(tile=[(128, 128, 64)], padding=[1], stages=[3, 4]), "H100",
+                                  progress=False, cache=False)
+    by_stages = {t.config["stages"]: t for t in result.trials}
+    assert by_stages[3].reason is None and by_stages[3].details["smem_bytes"] == 201_088
+    assert "234,368 B" in by_stages[4].reason and "232,448 B" in by_stages[4].reason
+    assert result.best["stages"] == 3
+
+
+def test_schedule_sweep_prices_batched_and_transposed_matmuls():
+    graph = _abstract(lambda a, b: op.matmul(a, b, transpose_a=True), (4, 256, 128), (256, 512))
+    result = AT.autotune_schedule(graph, dict(tile=[(64, 64, 32), (128, 128, 32)]), "H100", progress=False, cache=False)
+    small = next(t for t in result.trials if list(t.config["tile"]) == [64, 64, 32])
+    # 4 products of [128 x 256] @ [256 x 512]: A once per column tile, B once per row tile, D once
+    assert small.details["hbm_bytes"] == 4 * (128 * 256 * 8 + 256 * 512 * 2 + 128 * 512) * 4
+
+
 def test_schedule_sweep_rejects_over_the_shared_memory_limit_with_the_reason(capsys):
     result = AT.autotune_schedule(_abstract_matmul(4096), SPACE, "H100")
     rejected = {tuple(t.config["tile"]) + (t.config["stages"],): t.reason for t in result.trials if t.reason}

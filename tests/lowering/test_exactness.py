@@ -62,6 +62,18 @@ def test_axis_reductions(name, axis, keepdims):
     assert all(r.findings == [] for r in reports)
 
 
+@pytest.mark.parametrize("shape,axis", [((3, 0), 1), ((0, 5), 0), ((2, 0, 3), 1)])
+def test_reductions_over_an_empty_axis_give_the_identity(shape, axis):
+    """A row of length 0: the lane folds and the butterfly combine identities only, so sum
+    is −0, max −inf, min +inf and mean −0 / 0, the canonical NaN (hand-derived values)."""
+    x = np.ones(shape, np.float32)
+    expected = {"sum": 0x80000000, "max": 0xFF800000, "min": 0x7F800000, "mean": 0x7FC00000}
+    for name, pattern in expected.items():
+        got, want, reports, _ = lowered(lambda x: getattr(op, name)(x, axis=axis), x)
+        assert_same_bits(got, want)
+        assert got[0].size > 0 and (bits(got[0]) == pattern).all() and reports[0].findings == []
+
+
 def test_the_data_tells_reduction_orders_apart():
     """A sequential f32 sum of this row differs from the canonical one the kernel reproduces."""
     x = _adversarial((4, 200))
@@ -254,6 +266,23 @@ def test_batched_and_transposed_matmul(sa, sb, flags, directives):
     for idx in np.ndindex(*batch):
         ref = dot_tiled(np.ascontiguousarray(ta[idx]), np.ascontiguousarray(tb[idx]), tile_m=16, tile_n=16, tile_k=8)
         assert np.array_equal(bits(got[0][idx]), bits(ref))
+
+
+@pytest.mark.parametrize("sa,sb,flags,tile", [
+    ((96, 64), (96, 128), dict(transpose_a=True), [64, 64, 32]),  # M=64, K=96: not a's [-2:]
+    ((64, 96), (80, 96), dict(transpose_b=True), [64, 40, 32]),  # N=80 is b's rows
+    ((2, 3, 96, 48), (3, 40, 96), dict(transpose_a=True, transpose_b=True), [48, 40, 32]),
+    ((2, 1, 48, 80), (3, 80, 24), {}, [48, 24, 20]),
+])
+def test_default_schedule_fits_batched_and_transposed_matmuls(sa, sb, flags, tile):
+    """SCHED-FIT-1 sizes the tile from (M, N, K) with the transposes applied, so the default
+    schedule lowers and runs these end to end with the Graph IR interpreter's bits."""
+    a, b = _adversarial(sa), _adversarial(sb)
+    got, want, reports, program = lowered(lambda a, b: op.matmul(a, b, **flags), a, b)
+    assert_same_bits(got, want)
+    assert reports[0].findings == [] and reports[0].coverage["D"][0] == want[0].size
+    kop = next(o for o in program.func.regions[0].entry if o.name == "tessera.schedule.kernel")
+    assert list(kop.attributes["tile"]) == tile
 
 
 def test_batched_bf16_gemm_with_a_broadcast_c():

@@ -2,11 +2,14 @@
 import shutil
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 from lowering_helpers import lowered
 
 from tessera_ref import kernel, op
+from tessera_ref.errors import LoweringError
+from tessera_ref.ir import tile as T
 from tessera_ref.lowering import inspect
 from tessera_ref.lowering.cuda import emit_cuda
 
@@ -20,6 +23,11 @@ extern tsr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 typedef float __half;
+// distinct narrow types, so a missing conversion is a compile error (as with CUDA's explicit operators)
+struct __nv_bfloat16 { unsigned short x; explicit operator float() const { return 0; } };
+struct __nv_fp8_e4m3 { unsigned char x; explicit operator float() const { return 0; } };
+struct __nv_fp8_e5m2 { unsigned char x; explicit operator float() const { return 0; } };
+template <class T, class S> T tsr_cvt(S) { return T(); }
 inline void __syncthreads() {}
 template <class T> void tsr_cp_async(T*, const T*, int) {}
 inline void tsr_cp_async_commit() {}
@@ -35,7 +43,7 @@ GXX = shutil.which("g++")
 
 
 def _syntax_check(text, tmp_path):
-    for name in ("cuda_fp16.h", "tessera_device.cuh"):
+    for name in ("cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h", "tessera_device.cuh"):
         (tmp_path / name).write_text(SHIM if name == "tessera_device.cuh" else "#pragma once\n")
     src = tmp_path / "k.cu"
     src.write_text(text)
@@ -99,3 +107,78 @@ def test_kernel_target_view_swaps_buffers_in_parallel(tmp_path):
     swap = [ln for ln in lines if ln.startswith("__half* next")]
     assert len(swap) == 4  # the initial (s0, s1) and the swap s0, s1 = s1, s0, each through temporaries
     _syntax_check(text, tmp_path)
+
+
+BF16, E4M3, E5M2 = (np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn),
+                    np.dtype(ml_dtypes.float8_e5m2))
+
+
+def _narrow_programs():
+    """Kernels of every family in bf16 and fp8 storage (f32 accumulation)."""
+    a16, q16 = np.ones((64, 64), BF16), np.ones((64, 32), BF16)
+    e4, e5 = np.ones((8, 64), E4M3), np.ones((8, 64), E5M2)
+    return {
+        "matmul bf16": _program(lambda a, b: op.matmul(a, b), a16, a16, tile=(32, 32, 16), stages=3, padding=1),
+        "attention bf16": _program(lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32),
+                                   q16, q16, q16, stages=2),
+        "add e4m3": _program(lambda a, b: a + b, e4, e4),
+        "softmax e5m2": _program(lambda x: op.softmax(x), e5),
+    }
+
+
+@pytest.mark.skipif(GXX is None, reason="needs g++")
+def test_bf16_and_fp8_kernels_use_cuda_types_and_explicit_conversions(tmp_path):
+    """bf16 / fp8 buffers are CUDA's __nv_bfloat16 / __nv_fp8_e4m3 / __nv_fp8_e5m2; rounding
+    into them goes through tsr_cvt (NUM-CVT), widening into f32 is a C cast — the stub
+    header's narrow types have explicit conversions only, so g++ finds any that is missing."""
+    for name, program in _narrow_programs().items():
+        text = inspect(program, "target")
+        ctype = {"bf16": "__nv_bfloat16", "e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2"}[name.split()[1]]
+        assert f"{ctype}* __restrict__" in text and f"tsr_cvt<{ctype}>(" in text, name
+        assert "(float)(" in text and "#include <cuda_fp8.h>" in text and "NOT YET COMPILED" in text
+        _syntax_check(text, tmp_path)
+
+
+def test_a_format_without_a_cuda_type_is_a_lowering_error():
+    kb = T.KernelBuilder("k", [("x", T.buffer((32,), "fp4_e2m1")), ("y", T.buffer((32,), "fp4_e2m1"), True)])
+    x, y = kb.params
+    kb.store(y, [kb.lane_id()], kb.load(x, [kb.lane_id()]))
+    with pytest.raises(LoweringError, match="no C type for the format fp4_e2m1.*") as info:
+        emit_cuda(kb.finish())
+    assert "__nv_bfloat16" not in str(info.value) and "bf16" in info.value.fix
+
+
+#: A compile-only stand-in for the CUDA phase's device header: enough for nvcc to type-check
+#: and compile the target text, NOT the NUM-MATH algorithms or tsr_cvt's NaN rule.
+NVCC_HEADER = r"""
+#pragma once
+template <class T> __device__ void tsr_cp_async(T* d, const T* s, int) { *d = *s; }
+__device__ inline void tsr_cp_async_commit() {}
+template <int N> __device__ void tsr_cp_async_wait() {}
+__device__ inline long TSR_SWIZZLE(long i, int) { return i; }
+template <class T> __device__ T tsr_exp(T x) { return expf(x); }
+template <class T> __device__ T tsr_rsqrt(T x) { return rsqrtf(x); }
+template <class T> __device__ T tsr_max(T a, T b) { return fmaxf(a, b); }
+template <class T> __device__ T tsr_min(T a, T b) { return fminf(a, b); }
+template <class T> __device__ T tsr_cvt(float x);
+template <> __device__ __nv_bfloat16 tsr_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __nv_fp8_e4m3 tsr_cvt<__nv_fp8_e4m3>(float x) {
+  __nv_fp8_e4m3 r; r.__x = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3); return r; }
+template <> __device__ __nv_fp8_e5m2 tsr_cvt<__nv_fp8_e5m2>(float x) {
+  __nv_fp8_e5m2 r; r.__x = __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E5M2); return r; }
+"""
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit)")
+def test_bf16_and_fp8_target_text_compiles_with_nvcc_for_sm_90(tmp_path):
+    """Where the CUDA toolkit is installed, nvcc compiles the text for sm_90 (compiling only:
+    nothing runs, and the stand-in header is not the CUDA phase's)."""
+    (tmp_path / "tessera_device.cuh").write_text(NVCC_HEADER)
+    for i, program in enumerate(_narrow_programs().values()):
+        src = tmp_path / f"k{i}.cu"
+        src.write_text(inspect(program, "target"))
+        result = subprocess.run([NVCC, "-arch=sm_90", "-c", f"-I{tmp_path}", str(src), "-o", str(tmp_path / f"k{i}.o")],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr

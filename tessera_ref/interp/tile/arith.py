@@ -30,7 +30,7 @@ from ...errors import KernelError
 from ...numerics import get_format
 from ...numerics.arith import ACCUM_FORMATS, accum_op, canonical_nan
 from ...numerics.convert import cast
-from ...ops.elementwise import _ieee_extreme
+from ...ops.exact import ieee_extreme
 
 __all__ = ["STORAGE_FORMATS", "COMPUTE_FORMATS", "float_binary", "float_unary", "convert", "number",
            "computable"]
@@ -42,7 +42,7 @@ COMPUTE_FORMATS = ACCUM_FORMATS
 
 _UFUNC = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
           "floordiv": np.floor_divide, "mod": np.mod}
-_EXTREME = {"max": _ieee_extreme("max"), "min": _ieee_extreme("min")}
+_EXTREME = ("max", "min")
 _SIGN = {"neg": np.negative, "abs": np.abs}
 
 
@@ -67,7 +67,7 @@ def float_binary(fn: str, x, y, fmt: str, location=None):
     computable(fmt, f"'{fn}'", location)
     with np.errstate(all="ignore"):
         if fn in _EXTREME:
-            return _value(_EXTREME[fn](x, y))
+            return _value(ieee_extreme(x, y, fn))
         if fmt in ("f16", "bf16") and fn not in ("floordiv", "mod"):
             return _value(accum_op(fn, x, y, accum=fmt))
         return _value(_UFUNC[fn](x, y))
