@@ -40,8 +40,8 @@ def row_view(op) -> tuple:
     shape = op.operands[0].type.shape
     axes = op.attributes["axis"]
     axes = (axes,) if isinstance(axes, int) else tuple(axes)
-    if not axes:
-        axes = tuple(range(len(shape)))
+    if not axes:  # a reduction over no axes: every element is a row of length 1
+        return math.prod(shape), 1, 1
     if list(axes) != list(range(axes[0], axes[-1] + 1)):
         raise LoweringError(f"{op.name.rsplit('.', 1)[-1]} over axes {list(axes)} of {op.operands[0].type}: the "
                             f"tile lowering reduces contiguous axes only", location=op.location,

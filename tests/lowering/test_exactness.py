@@ -74,6 +74,17 @@ def test_reductions_over_an_empty_axis_give_the_identity(shape, axis):
         assert got[0].size > 0 and (bits(got[0]) == pattern).all() and reports[0].findings == []
 
 
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min"])
+def test_a_reduction_over_no_axes_is_elementwise(name):
+    """``axis=()`` reduces nothing (GRAPH: a row of one element each): −0 ⊕ x = x, x / 1 = x."""
+    x = _adversarial((3, 40))
+    x[0, :2] = [-0.0, 0.0]
+    got, want, reports, _ = lowered(lambda x: getattr(op, name)(x, axis=()), x)
+    assert_same_bits(got, want)
+    assert_same_bits(got[0], x)  # −0 ⊕ x = x, signed zeros included
+    assert reports[0].findings == []
+
+
 def test_the_data_tells_reduction_orders_apart():
     """A sequential f32 sum of this row differs from the canonical one the kernel reproduces."""
     x = _adversarial((4, 200))
