@@ -200,7 +200,7 @@ def test_division_by_counts_beyond_accum_precision(accum):
     t = SCALAR[accum]
     s = (rng.standard_normal(2000) * 1e3).astype(t)
     for n in (3, 2 ** 24 + 1, 3 ** 17, 2 ** 40 - 1):  # not representable in accum
-        got = bits(reduce._divide_by_count(s, n, reduce.accum_format(accum)).astype(t))
+        got = bits(reduce.divide_by_count(s, n, reduce.accum_format(accum)).astype(t))
         want = [R.fraction_encode(Fraction(float(v)) / n, accum) for v in s]
         assert (got == np.array(want)).all(), n
 
@@ -228,7 +228,7 @@ def test_division_by_huge_counts_near_midpoints(accum, man):
     naive_wrong = 0
     for s, n in cases:
         want = R.fraction_encode(Fraction(s) / n, accum)
-        got = reduce._divide_by_count(np.array([s], t), n, reduce.accum_format(accum))
+        got = reduce.divide_by_count(np.array([s], t), n, reduce.accum_format(accum))
         assert int(bits(got)[0]) == want, (s, n)
         naive_wrong += int(bits(np.array([s / n]).astype(t))[0]) != want
     assert naive_wrong > 0  # teeth: the plain f64 quotient double-rounds on these

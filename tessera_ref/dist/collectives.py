@@ -40,7 +40,7 @@ from ..errors import _PACKAGE_DIR, CollectiveError, CollectiveWarning, LayoutErr
 from ..ir import TensorType
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import accum_op, to_accum
-from ..numerics.reduce import _divide_by_count, _extreme
+from ..numerics.reduce import divide_by_count, extreme_last_axis
 from .. import sim
 from .mesh import Mesh
 from .tensor import DistTensor, local_shape
@@ -131,7 +131,7 @@ def _fold(values: np.ndarray, op: str, policy) -> np.ndarray:
         return acc.add(values, axis=0).round(policy.storage, rounding=policy.rounding, overflow=policy.overflow)
     with np.errstate(all="ignore"):
         if op in ("max", "min"):
-            acc = _extreme(np.moveaxis(to_accum(values, accum), 0, -1), op)
+            acc = extreme_last_axis(np.moveaxis(to_accum(values, accum), 0, -1), op)
         else:
             acc = to_accum(values[0], accum)
             for g in range(1, values.shape[0]):
@@ -198,7 +198,7 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
         if op == "avg":
             if isinstance(local, ExactAccumulator):
                 local = local.round(x.policy.accum)
-            local = cast(_divide_by_count(to_accum(local, x.policy.accum), x.mesh.axis_size(tuple(pending)),
+            local = cast(divide_by_count(to_accum(local, x.policy.accum), x.mesh.axis_size(tuple(pending)),
                                           x.policy.accum), x.policy.storage, rounding=x.policy.rounding)
     return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a not in pending)), local)
 

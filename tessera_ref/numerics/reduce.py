@@ -27,7 +27,7 @@ from .arith import (
 from .formats import Format
 
 __all__ = ["REDUCE_OPS", "dot_canonical", "dot_tiled", "reduce_canonical",
-           "argmax_canonical", "argmin_canonical"]
+           "argmax_canonical", "argmin_canonical", "extreme_last_axis", "divide_by_count"]
 
 #: The axis reductions of NUM-RED-2.
 REDUCE_OPS = ("sum", "mean", "max", "min")
@@ -262,7 +262,7 @@ def _carrier(accum: Format):
     return np.float32 if accum.name == "f32" else np.float64
 
 
-def _extreme(x: np.ndarray, op: str) -> np.ndarray:
+def extreme_last_axis(x: np.ndarray, op: str) -> np.ndarray:
     """NUM-RED-2's max/min along the last axis of ``x`` (carrier values).
 
     The ⊕ is IEEE 754-2019 ``maximum``/``minimum``: NaN if an operand is NaN, −0 < +0. That is
@@ -313,7 +313,7 @@ def _lane_sum(x: np.ndarray, accum: Format) -> np.ndarray:
     return p[..., 0]
 
 
-def _divide_by_count(s: np.ndarray, n: int, accum: Format) -> np.ndarray:
+def divide_by_count(s: np.ndarray, n: int, accum: Format) -> np.ndarray:
     """``s / n`` with the exact count ``n``, rounded once into ``accum``.
 
     f64: IEEE division (``n < 2^53`` is exact). Narrower: the f64 quotient ``q`` is made
@@ -357,7 +357,7 @@ def reduce_canonical(x, axis: int = -1, op: str = "sum", *, accum=None) -> np.nd
     - The sum of an empty axis is −0 (all lanes hold the identity; −0 + −0 = −0), exactly
       what a warp reduction initialised with −0.0f returns.
     - ``max``/``min`` are IEEE 754-2019 ``maximum``/``minimum``: NaN propagates and −0 < +0.
-      Being associative, they give the same value in every order (see ``_extreme``).
+      Being associative, they give the same value in every order (see :func:`extreme_last_axis`).
     - ``mean`` is the sum divided once by the exact length L, correctly rounded in
       ``accum``; the mean of an empty axis is NaN.
 
@@ -367,11 +367,11 @@ def reduce_canonical(x, axis: int = -1, op: str = "sum", *, accum=None) -> np.nd
         raise ArithError(f"unknown reduction {op!r}", fix=f"use one of {', '.join(REDUCE_OPS)}")
     xs, acc_fmt = _prepare_axis(x, axis, accum)
     if op in ("max", "min"):
-        r = _extreme(xs.astype(_carrier(acc_fmt)), op)
+        r = extreme_last_axis(xs.astype(_carrier(acc_fmt)), op)
     else:
         r = _lane_sum(xs, acc_fmt)
     if op == "mean":
-        r = _divide_by_count(r, xs.shape[-1], acc_fmt)
+        r = divide_by_count(r, xs.shape[-1], acc_fmt)
     return canonical_nan(np.asarray(r).astype(acc_fmt.dtype))
 
 
@@ -381,7 +381,7 @@ def _arg_extreme(x, axis, accum, op) -> np.ndarray:
         raise ArithError(f"arg{op} of an empty axis (shape {np.shape(x)}, axis {axis})",
                          fix="reduce a non-empty axis")
     v = xs.astype(_carrier(acc_fmt))
-    m = _extreme(v, op)[..., None]
+    m = extreme_last_axis(v, op)[..., None]
     hit = (np.isnan(v) & np.isnan(m)) | ((v == m) & (np.signbit(v) == np.signbit(m)))
     return np.argmax(hit, axis=-1)
 
