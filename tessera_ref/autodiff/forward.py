@@ -9,6 +9,7 @@ is an :class:`~tessera_ref.errors.AutodiffError` naming the op and its line.
 from __future__ import annotations
 
 from ..errors import running_op_at
+from ..ops.adjoint import rule_keys
 from ..ops.values import Tracer
 from .reverse import differentiable, rule_of
 
@@ -19,7 +20,7 @@ def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
     """Append the tangent pass of ``ops`` to ``trace`` for ``input_tangents`` of ``inputs``;
     returns the tangent of each value in ``outputs`` (``None``: zero)."""
     tan = {id(v): t for v, t in zip(inputs, input_tangents) if t is not None}
-    for op in ops:
+    for position, op in enumerate(ops):
         given = tuple(tan.get(id(v)) for v in op.operands)
         if all(t is None for t in given):
             continue
@@ -28,7 +29,7 @@ def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
             continue
         primals = tuple(Tracer(v, trace) for v in op.operands)
         results = tuple(Tracer(r, trace) for r in op.results)
-        with running_op_at(op.location):
+        with running_op_at(op.location), rule_keys(op.attributes, position):
             out = rule(dict(op.attributes), primals, given, results)
         if len(out) != len(results):
             raise AssertionError(f"the jvp rule of {op.name} returned {len(out)} tangents for {len(results)} "

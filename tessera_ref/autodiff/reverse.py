@@ -7,7 +7,7 @@ op's ``vjp`` rule on tracers, so every derivative is itself a Graph IR op (and
 differentiable again). Cotangents reaching one value from several uses are added in the
 order the uses are visited (reverse program order) — a fixed order, so gradients are
 bit-identical on every run (AD-DET-1). Under stochastic rounding each such sum is keyed by
-:func:`sum_seed`.
+:func:`sum_seed`, and the ops of each rule call by :func:`~tessera_ref.ops.adjoint.rule_keys`.
 
 An op is *active* when an operand depends on an input through differentiable values (float
 and complex tensors); only active ops whose results received a cotangent are visited. A
@@ -23,16 +23,12 @@ import numpy as np
 from ..errors import AutodiffError, EffectError, running_op_at
 from ..ir import has_side_effects
 from ..ir.types import COMPLEX64
-from ..numerics.rng import RNGKey
 from ..ops import NOT_DIFFERENTIABLE, primitive_of
-from ..ops.adjoint import zeros
+from ..ops.adjoint import derivative_seed, rule_keys, zeros
 from ..ops.typecheck import is_float
 from ..ops.values import Tracer, asarray
 
 __all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects", "sum_seed"]
-
-#: The root seed of the keys of cotangent sums at uses by ops that have no seed (AD-REV-2).
-SUM_SEED = 0xAD5EED
 
 
 def differentiable(t) -> bool:
@@ -51,12 +47,10 @@ def zeros_of(t):
 def sum_seed(attributes: dict, position: int) -> int:
     """The seed of the stochastically rounded sum of cotangents at a use by the
     ``position``-th recorded op (``attributes``: its attributes; the outputs' sums take
-    position ``len(ops)``): the op's own seed, or — for ops that do not round and so have none,
-    such as ``reshape`` — the 64-bit key words of ``RNGKey(SUM_SEED).fold(position)``."""
-    if "seed" in attributes:
-        return attributes["seed"]
-    k0, k1 = RNGKey(SUM_SEED).fold(position).words
-    return int(k0) | int(k1) << 32
+    position ``len(ops)``): :func:`~tessera_ref.ops.adjoint.derivative_seed` with ``k = 0`` —
+    ``RNGKey(seed).fold(0)`` for an op with a seed (never the forward op's own key), the key
+    words of ``RNGKey(0xAD5EED).fold(position)`` for one without (``reshape``, …)."""
+    return derivative_seed(attributes.get("seed"), position, 0)
 
 
 def accumulate(a, b, seed: int):
@@ -78,11 +72,14 @@ def check_effects(ops, transform: str) -> None:
 
 
 def active_values(ops, inputs) -> set:
-    """The ids of values that depend on ``inputs`` through differentiable values and ops."""
+    """The ids of values that depend on ``inputs`` through differentiable values and ops
+    that are not ``NOT_DIFFERENTIABLE``. An op of no primitive (an unregistered op) with an
+    active operand is active: the backward pass then asks for its rule, an AutodiffError
+    (AD-REV-1), instead of silently passing no gradient."""
     active = {id(v) for v in inputs}
     for op in ops:
         prim = primitive_of(op)
-        if prim is None or prim.vjp is NOT_DIFFERENTIABLE and prim.jvp is NOT_DIFFERENTIABLE:
+        if prim is not None and prim.vjp is NOT_DIFFERENTIABLE and prim.jvp is NOT_DIFFERENTIABLE:
             continue
         if any(id(v) in active for v in op.operands):
             active.update(id(r) for r in op.results if differentiable(r.type))
@@ -129,7 +126,7 @@ def backward(trace, ops, inputs, outputs) -> list:
             continue
         primals = tuple(Tracer(v, trace) for v in op.operands)
         results = tuple(Tracer(r, trace) for r in op.results)
-        with running_op_at(op.location):
+        with running_op_at(op.location), rule_keys(op.attributes, position):
             given = tuple(cts.pop(id(r), None) for r in op.results)
             given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(results, given))
             out = rule(dict(op.attributes), primals, results, given)

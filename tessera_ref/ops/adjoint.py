@@ -4,8 +4,10 @@ The rules are written with ``op.*`` functions only, so a backward pass is Graph 
 other program; these helpers are small compositions of primitives the rules share:
 zeros and scalar constants of a value's policy, summing a broadcast cotangent back to its
 operand's shape, zero-padding and zero-dilating an axis (the transposes of ``slice`` with
-steps), and the jvp of a linear op (the op applied to the tangents). Rules reach the ops
-through :func:`op`, which keys the stochastic rounding of a rule's ops with the call's seed.
+steps), the jvp of a linear op (the op applied to the tangents), and computing in a policy's
+accumulation format (:func:`in_accum`). Rules reach the ops through :func:`op` (and
+:func:`seed_of`), which give each stochastically rounding op a rule emits a key of its own,
+derived from the call's seed (:func:`derivative_seed`, :func:`rule_keys`).
 
 Values are :class:`~tessera_ref.ops.values.Array` (eager), :class:`~tessera_ref.ops.values.Tracer`
 (traced) or DistTensor — anything with a ``type``; constants made here are Arrays, which a
@@ -13,29 +15,85 @@ trace records as ``constant`` ops.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib
+from collections.abc import Mapping
 
 import numpy as np
 
+from ..numerics import Policy
+from ..numerics.rng import RNGKey
 from .bind import bind
 from .primitive import PRIMITIVES, primitive
 from .typecheck import SEED_ATTR
 from .values import asarray
 
-__all__ = ["op", "constant", "eye", "mT", "zeros", "zeros_like", "unbroadcast", "pad_axis", "dilate_axis",
+__all__ = ["op", "rule_keys", "derivative_seed", "accum_policy", "in_accum", "constant", "eye", "mT", "zeros", "zeros_like", "unbroadcast", "pad_axis", "dilate_axis",
            "linear_jvp", "materialize", "seed_of", "along", "sum_terms", "cast_to"]
 
 
+#: The root of the keys of derivative ops at an op without a ``seed`` (AD-REV-2).
+UNSEEDED_ROOT = 0xAD5EED
+
+
+def derivative_seed(seed, position: int, k: int) -> int:
+    """AD-REV-2: the 64-bit stochastic-rounding seed ``k0 + 2³²·k1`` of the key words
+    ``(k0, k1)`` of the ``k``-th rounding op of the derivative at the ``position``-th recorded
+    op, whose ``seed`` attribute is ``seed`` (``None``: it has none). ``k = 0`` is the sum of the
+    cotangents at the op's use (reverse mode), ``k ≥ 1`` the ``k``-th op its rule emits. Keys:
+    ``RNGKey(seed).fold(k)`` for an op with a seed; for one without,
+    ``RNGKey(UNSEEDED_ROOT).fold(position)`` (``k = 0``) and its ``.fold(k)`` (``k ≥ 1``). So no
+    derivative op reuses the random bits of the forward op (keyed by ``seed`` itself) or of
+    another derivative op of that call."""
+    if seed is not None:
+        key = RNGKey(seed).fold(k)
+    else:
+        key = RNGKey(UNSEEDED_ROOT).fold(position)
+        key = key.fold(k) if k else key
+    k0, k1 = key.words
+    return int(k0) | int(k1) << 32
+
+
+class _Keys:
+    """The counter of one rule invocation: the seeds its rounding ops take in turn."""
+
+    def __init__(self, seed, position: int):
+        self.seed, self.position, self.count = seed, position, 0
+
+    def next(self) -> int:
+        self.count += 1
+        return derivative_seed(self.seed, self.position, self.count)
+
+
+_SCOPE: contextvars.ContextVar = contextvars.ContextVar("tessera_rule_keys", default=None)
+
+
+@contextlib.contextmanager
+def rule_keys(attributes, position: int):
+    """Run a rule of the ``position``-th recorded op (attributes ``attributes``) inside this
+    scope: every op the rule emits through :func:`op` that rounds stochastically gets the
+    next seed of :func:`derivative_seed` (k = 1, 2, … in emission order — fixed by the rule's
+    code, so deterministic). The reverse and forward passes open one scope per rule call."""
+    token = _SCOPE.set(_Keys(attributes.get("seed"), position))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
 def op(attrs=None):
-    """The ``tessera_ref.op`` functions as the rules of a call with ``attrs`` use them: an op
-    that rounds with a ``seed`` (SEED_ATTR's: stochastic rounding into storage, never the key
-    of a random op), applied to an operand whose policy rounds stochastically, is given the
-    call's ``seed`` (key 0 when the call has none, e.g. a shape op), so every rule runs on the
-    stochastic-rounding policies its op accepts; other calls are left as they are (no seed
-    attribute in the IR of deterministic policies). The module is imported late: the op
-    families import this module."""
-    return _Seeded(importlib.import_module("tessera_ref.op"), (attrs or {}).get("seed", 0))
+    """The ``tessera_ref.op`` functions as a rule uses them: an op that rounds with a ``seed``
+    (SEED_ATTR's: stochastic rounding into storage, never the key of a random op), applied to
+    an operand whose policy rounds stochastically, is given the next seed of the current
+    :func:`rule_keys` scope (every rule runs on the stochastic-rounding policies its op
+    accepts, and no two of its ops share random bits); other calls are left as they are (no
+    seed attribute in the IR of deterministic policies). Outside a scope — a rule applied by
+    hand — the keys count from the call's ``seed`` in ``attrs`` (position 0), per ``op(...)``
+    object. The module is imported late: the op families import this module."""
+    keys = _SCOPE.get() or _Keys((attrs or {}).get("seed"), 0)
+    return _Seeded(importlib.import_module("tessera_ref.op"), keys)
 
 
 def _stochastic(x) -> bool:
@@ -45,8 +103,13 @@ def _stochastic(x) -> bool:
 class _Seeded:
     """``tessera_ref.op`` giving stochastic-rounding ops a seed (see :func:`op`)."""
 
-    def __init__(self, module, seed: int):
-        self._module, self._seed = module, seed
+    def __init__(self, module, keys: _Keys):
+        self._module, self._keys = module, keys
+
+    def seed_for(self, policy) -> dict:
+        """The ``seed`` keyword of a conversion into ``policy``: the next seed when it rounds
+        stochastically, else ``None`` (no seed attribute: the conversion does not round so)."""
+        return {"seed": self._keys.next() if getattr(policy, "rounding", None) == "stochastic" else None}
 
     def __getattr__(self, name: str):
         fn = getattr(self._module, name)
@@ -57,7 +120,7 @@ class _Seeded:
         @functools.wraps(fn)
         def seeded(*args, **kwargs):
             if "seed" not in kwargs and any(_stochastic(a) for a in args):
-                kwargs["seed"] = self._seed
+                kwargs["seed"] = self._keys.next()
             return fn(*args, **kwargs)
         return seeded
 
@@ -65,17 +128,51 @@ class _Seeded:
 def constant(value, policy):
     """An Array holding ``value`` (a number or array of f64 values) converted into ``policy``'s
     storage (exact for the zeros, ones, halves and small integers the rules use; under a
-    stochastic policy an inexact value such as ``eps`` rounds with key 0)."""
+    stochastic policy an inexact value, such as a factor of AD-MATH-1, rounds with key 0).
+    Scalars that the forward rounds into the accumulation format are made in
+    :func:`accum_policy` instead (:func:`in_accum`)."""
     seed = 0 if getattr(policy, "rounding", None) == "stochastic" else None
     return asarray(np.asarray(value, dtype=np.float64), policy=policy, seed=seed)
 
 
 def cast_to(x, policy):
     """``x`` cast into ``policy`` (as it is when it has that policy already); a stochastic
-    target rounds with key 0."""
+    target rounds with the scope's next seed (:func:`op`)."""
     if x.type.policy == policy:
         return x
-    return op().cast(x, policy, seed=0 if getattr(policy, "rounding", None) == "stochastic" else None)
+    o = op()
+    return o.cast(x, policy, **o.seed_for(policy))
+
+
+def accum_policy(policy):
+    """The policy of ``policy``'s accumulation format — storage and accum both that format,
+    round to nearest even, IEEE overflow, ``policy``'s reduction mode: the format an op of
+    ``policy`` computes in (NUM-EW-1). Equal to ``policy`` for the default f32 and f64 policies."""
+    return Policy(policy.accum, accum=policy.accum, reduction=policy.reduction)
+
+
+def in_accum(fn, *xs):
+    """``fn`` applied in the accumulation format of ``xs[0]``'s policy, its results converted
+    once into that policy. The operands (``None`` entries pass) are cast into
+    :func:`accum_policy` ``A`` (exact, unless the storage is wider than accum);
+    ``fn(A, *operands)`` computes with ops there, making its scalars in ``A`` (RNE from the f64
+    value, as an op's float attributes are rounded); each result (a value or a tuple; ``None``
+    entries pass) is cast back — one conversion with the policy's rounding and overflow, a
+    stochastic one keyed by the scope's next seed (:func:`op`). So a derivative rounds into
+    storage where the op's forward does, once. When the policy is its own accumulation policy
+    (f32, f64) ``fn`` runs on ``xs`` unchanged; so it does on ``complex<f32>`` and on a block- or
+    tensor-scaled policy
+    (``scaling`` not ``"none"``), into which ``cast`` does not convert (GRAPH-CAST-1) — there
+    every op of ``fn`` rounds into storage and its scalars are rounded into storage."""
+    policy = xs[0].type.policy
+    if not isinstance(policy, Policy) or policy.scaling != "none":  # complex<f32>, or scaled
+        return fn(policy, *xs)
+    wide = accum_policy(policy)
+    out = fn(wide, *(None if x is None else cast_to(x, wide) for x in xs))
+    if wide == policy:
+        return out
+    back = tuple(None if y is None else cast_to(y, policy) for y in (out if isinstance(out, tuple) else (out,)))
+    return back if isinstance(out, tuple) else back[0]
 
 
 def eye(n: int, policy):
@@ -104,9 +201,34 @@ def materialize(tangent, primal):
     return zeros_like(primal) if tangent is None else tangent
 
 
-def seed_of(attrs) -> dict:
-    """``{"seed": …}`` when the call has one (stochastic rounding of the rule's ops), else ``{}``."""
-    return {"seed": attrs["seed"]} if "seed" in attrs else {}
+class _NextSeed(Mapping):
+    """The mapping ``{"seed": s}`` whose ``s`` is the next seed of its key counter each time it
+    is read — each ``**`` unpacking into an op call reads it once."""
+
+    def __init__(self, keys: _Keys):
+        self._keys = keys
+
+    def __getitem__(self, name):
+        if name != "seed":
+            raise KeyError(name)
+        return self._keys.next()
+
+    def __iter__(self):
+        return iter(("seed",))
+
+    def __len__(self) -> int:
+        return 1
+
+
+def seed_of(attrs) -> Mapping:
+    """The ``seed`` keyword of a rule's rounding ops when the call has a seed, else ``{}``:
+    unpacked into an op call (``**seed_of(attrs)``), it gives that op the next seed of the
+    current :func:`rule_keys` scope, so a rule that unpacks it for each op gives every op a key
+    of its own (AD-REV-2), never the call's. Outside a scope the keys count from the call's
+    seed (position 0), per ``seed_of`` result."""
+    if "seed" not in attrs:
+        return {}
+    return _NextSeed(_SCOPE.get() or _Keys(attrs["seed"], 0))
 
 
 def sum_terms(terms, attrs) -> tuple:

@@ -16,11 +16,13 @@ On a tensor without a layout (one device) they are a :class:`~tessera_ref.errors
 """
 from __future__ import annotations
 
-from ..errors import DTypeError, LayoutError
+from ..errors import AutodiffError, DTypeError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..ir.layout import PARTIAL_OPS
+from .adjoint import constant, in_accum, op
 from .bind import bind
 from .primitive import Attr, Cost, define, primitive
+from .sharding import split_count
 from .typecheck import check_int, check_str_choice, nbytes
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collective_permute", "shard_slice"]
@@ -143,7 +145,7 @@ _OP = {"op": Attr("sum", check_str_choice(*ALL_REDUCE_OPS), "the reduction")}
 # ---------------------------------------------------------------------------------------
 # derivatives (AD-COLL-1 … AD-COLL-3)
 #
-# A collective keeps the global value (permute aside: it moves blocks), so its derivative is
+# A collective keeps the global value (permute aside: it moves blocks; avg divides it), so its derivative is
 # the identity on global values; what it does is choose the layout. A cotangent of a value
 # takes the value's splits and no pending reduction — the dual of "a pending sum over axis a"
 # (every rank's contribution) is "replicated over a" (every rank's contribution gets the whole
@@ -176,9 +178,43 @@ def _dual(t: TensorType) -> ShardLayout:
     return (t.layout or ShardLayout.replicated(t.rank)).replace(partial=())
 
 
+def _group_size(x, axes) -> int:
+    """The number of ranks an ``avg`` over ``axes`` divides by: the product of their sizes on
+    ``x``'s mesh — a DistTensor's own, else the mesh the trace plans for, else (a transform's
+    first trace, when only captured tensors are distributed) the captured tensors' mesh."""
+    mesh = getattr(x, "mesh", None)
+    if mesh is not None:
+        return mesh.axis_size(tuple(axes))
+    p = split_count(axes)
+    captures = getattr(getattr(x, "trace", None), "captures", None)
+    if p is None and captures:
+        p = captures[0][0].mesh.axis_size(tuple(axes))
+    if p is None:
+        raise AutodiffError(f"the derivative of an avg over {axes} needs the mesh's axis sizes, and {x.type} "
+                            "is traced without a mesh", fix="pass a distributed tensor as an argument")
+    return p
+
+
+def _averaged(attrs, operand_type, value):
+    """``value`` (a cotangent or tangent) divided by the group size ``p`` when the collective
+    averages (``op="avg"``: the global value is the pending sum divided by ``p``), else as it
+    is. ``p`` is the product of the sizes of the axes the op reduces — those of ``attrs``'
+    axes that are pending in ``operand_type`` — converted into the accumulation format
+    (exact: ``p`` < 2²⁴); ``value ⊘ p`` is one division rounded to nearest even there, then
+    converted once into storage with the policy's rounding (the forward's avg, MESH-COLL-1)."""
+    if attrs.get("op") != "avg":
+        return value
+    axes = (attrs["axis"],) if isinstance(attrs["axis"], str) else tuple(attrs["axis"])
+    pending = tuple(a for a in axes if a in (operand_type.layout.partial if operand_type.layout else ()))
+    if not pending:
+        return value
+    p = _group_size(value, pending)
+    return in_accum(lambda policy, v: op().div(v, constant(float(p), policy)), value)
+
+
 def _vjp_to_operand(attrs, primals, results, cts):
-    """AD-COLL-1: the cotangent moved into the operand's dual layout."""
-    return (to_layout(cts[0], _dual(primals[0].type)),)
+    """AD-COLL-1: the cotangent moved into the operand's dual layout (``⊘ p`` for ``avg``)."""
+    return (_averaged(attrs, primals[0].type, to_layout(cts[0], _dual(primals[0].type))),)
 
 
 def _all_to_all_vjp(attrs, primals, results, cts):
@@ -197,7 +233,8 @@ def _permute_vjp(attrs, primals, results, cts):
 
 def _jvp_same(name: str):
     """The tangent through the same collective when it has the operand's layout, else moved into
-    the result's dual layout (the collective is the identity on global values)."""
+    the result's dual layout (the collective is the identity on global values; ``⊘ p`` for
+    ``avg``, as the collective itself divides)."""
     def jvp(attrs, primals, tangents, results):
         t = tangents[0]
         if t is None:
@@ -206,7 +243,7 @@ def _jvp_same(name: str):
             return (bind(primitive(name), t, **attrs),)
         if name == "collective_permute":
             return (bind(PERMUTE, to_layout(t, _dual(primals[0].type)), **attrs),)
-        return (to_layout(t, _dual(results[0].type)),)
+        return (_averaged(attrs, primals[0].type, to_layout(t, _dual(results[0].type))),)
     return jvp
 
 

@@ -21,7 +21,7 @@ from ..ir import TensorType
 from ..numerics import accum_op
 from ..numerics.arith import to_accum
 from ..numerics.reduce import dot_canonical, reduce_canonical
-from .adjoint import along, constant, dilate_axis, materialize, op, sum_terms, unbroadcast
+from .adjoint import along, constant, dilate_axis, in_accum, materialize, op, sum_terms, unbroadcast
 from .bind import bind
 from .exact import math_in_accum, reduce_axes
 from .sharding import batch_rule, keep_whole_rule, replicated_rule
@@ -106,14 +106,16 @@ def _softmax_transpose(o, y, g, axis: int):
 
 
 def _softmax_vjp(attrs, primals, results, cts):
-    """AD-SOFTMAX-1: ``x̄ = y ⊗ (ḡ ⊖ Σ ḡ ⊗ y)`` from the result ``y`` (no recomputation)."""
-    return (_softmax_transpose(op(attrs), results[0], cts[0], attrs["axis"]),)
+    """AD-SOFTMAX-1: ``x̄ = y ⊗ (ḡ ⊖ Σ ḡ ⊗ y)`` from the result ``y`` (no recomputation), in
+    the accumulation format, rounded once into storage."""
+    return (in_accum(lambda policy, y, g: _softmax_transpose(op(), y, g, attrs["axis"]), results[0], cts[0]),)
 
 
 def _softmax_jvp(attrs, primals, tangents, results):
+    """The same map on the tangent (the Jacobian is symmetric)."""
     if tangents[0] is None:
         return (None,)
-    return (_softmax_transpose(op(attrs), results[0], tangents[0], attrs["axis"]),)
+    return _softmax_vjp(attrs, primals, results, tangents)
 
 
 SOFTMAX = define("softmax", infer=_softmax_infer, impl=_softmax_impl, spec="GRAPH-SOFTMAX-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
@@ -200,12 +202,14 @@ def _norm_attrs(eps: float) -> dict:
             **SEED_ATTR}
 
 
-def _normalized(o, attrs, x, center: bool):
+def _normalized(o, attrs, x, center: bool, policy):
     """``(x̂, r)``: the normalized ``x̂ = c ⊗ r`` and ``r = rsqrt(mean(c ⊗ c) ⊕ eps)`` (kept
-    axis), with ``c = x ⊖ mean(x)`` (layernorm) or ``c = x`` (rmsnorm), recomputed with ops."""
+    axis), with ``c = x ⊖ mean(x)`` (layernorm) or ``c = x`` (rmsnorm), recomputed with ops
+    in ``policy`` (the accumulation policy; ``eps`` rounded into it to nearest even, as the
+    forward rounds it into ``A``)."""
     axis = attrs["axis"]
     c = o.sub(x, o.mean(x, axis=axis, keepdims=True)) if center else x
-    r = o.rsqrt(o.add(o.mean(o.mul(c, c), axis=axis, keepdims=True), constant(attrs["eps"], x.type.policy)))
+    r = o.rsqrt(o.add(o.mean(o.mul(c, c), axis=axis, keepdims=True), constant(attrs["eps"], policy)))
     return o.mul(c, r), r
 
 
@@ -220,39 +224,50 @@ def _norm_core(o, xh, r, g, axis: int, center: bool):
 
 def _norm_vjp(center: bool):
     """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: ``x̄`` by :func:`_norm_core` of ``ḡ ⊗ weight``;
-    ``weight̄ = Σ ḡ ⊗ x̂`` and ``bias̄ = Σ ḡ`` over every axis but the normalized one."""
+    ``weight̄ = Σ ḡ ⊗ x̂`` and ``bias̄ = Σ ḡ`` over every axis but the normalized one — all
+    computed in the accumulation format, each cotangent rounded once into storage
+    (:func:`~tessera_ref.ops.adjoint.in_accum`), as the forward computes and rounds."""
     def vjp(attrs, primals, results, cts):
-        o, (x, *params), g, axis = op(attrs), primals, cts[0], attrs["axis"]
-        xh, r = _normalized(o, attrs, x, center)
-        others = tuple(i for i in range(x.ndim) if i != axis)
+        axis = attrs["axis"]
 
-        def per_feature(t):
-            return o.sum(t, axis=others) if others else t
-        gw = o.mul(g, along(params[0], axis, x.ndim)) if params else g
-        bars = [_norm_core(o, xh, r, gw, axis, center)]
-        if params:
-            bars.append(per_feature(o.mul(g, xh)))
-        if len(params) == 2:
-            bars.append(per_feature(g))
-        return tuple(bars)
+        def bars(policy, x, g, *params):
+            o = op()
+            xh, r = _normalized(o, attrs, x, center, policy)
+            others = tuple(i for i in range(x.ndim) if i != axis)
+
+            def per_feature(t):
+                return o.sum(t, axis=others) if others else t
+            gw = o.mul(g, along(params[0], axis, x.ndim)) if params else g
+            out = [_norm_core(o, xh, r, gw, axis, center)]
+            if params:
+                out.append(per_feature(o.mul(g, xh)))
+            if len(params) == 2:
+                out.append(per_feature(g))
+            return tuple(out)
+        return in_accum(bars, primals[0], cts[0], *primals[1:])
     return vjp
 
 
 def _norm_jvp(center: bool):
-    """``ẏ = core(ẋ) ⊗ w ⊕ x̂ ⊗ ẇ ⊕ ḃ`` for weight ``w`` and bias ``b`` (absent tangents are zero)."""
+    """``ẏ = core(ẋ) ⊗ w ⊕ x̂ ⊗ ẇ ⊕ ḃ`` for weight ``w`` and bias ``b`` (absent tangents are
+    zero), in the accumulation format, rounded once into storage."""
     def jvp(attrs, primals, tangents, results):
         if all(t is None for t in tangents):
             return (None,)
-        o, (x, *params), axis = op(attrs), primals, attrs["axis"]
-        xh, r = _normalized(o, attrs, x, center)
-        out = _norm_core(o, xh, r, materialize(tangents[0], x), axis, center)
-        if params:
-            out = o.mul(out, along(params[0], axis, x.ndim))
-            if tangents[1] is not None:
-                out = o.add(out, o.mul(xh, along(tangents[1], axis, x.ndim)))
-        if len(params) == 2 and tangents[2] is not None:
-            out = o.add(out, along(tangents[2], axis, x.ndim))
-        return (out,)
+        axis, n = attrs["axis"], len(primals)
+
+        def tangent(policy, x, *rest):
+            o, params, (dx, *dparams) = op(), rest[:n - 1], rest[n - 1:]
+            xh, r = _normalized(o, attrs, x, center, policy)
+            out = _norm_core(o, xh, r, dx, axis, center)
+            if params:
+                out = o.mul(out, along(params[0], axis, x.ndim))
+                if dparams[0] is not None:
+                    out = o.add(out, o.mul(xh, along(dparams[0], axis, x.ndim)))
+            if len(params) == 2 and dparams[1] is not None:
+                out = o.add(out, along(dparams[1], axis, x.ndim))
+            return out
+        return (in_accum(tangent, primals[0], *primals[1:], materialize(tangents[0], primals[0]), *tangents[1:]),)
     return jvp
 
 
@@ -366,17 +381,23 @@ def _check_block(value) -> int:
     return value
 
 
-def _attention_probs(o, attrs, q, k):
+def _causal_mask(o, sq: int, sk: int):
+    """The ``i1`` mask ``[Sq, Sk]`` of allowed scores, ``t ≤ i + (Sk − Sq)``, as a comparison of
+    an ``index`` column ``[Sq, 1]`` with a row ``[1, Sk]``: O(Sq + Sk) constants in the IR."""
+    rows = np.arange(sq, dtype=np.int64)[:, None] + (sk - sq)
+    return o.less_equal(np.arange(sk, dtype=np.int64)[None, :], rows)
+
+
+def _attention_probs(o, attrs, q, k, policy):
     """``(P, scale)``: the attention probabilities ``softmax(mask(scale ⊗ q·kᵀ))`` recomputed
-    with ops (matmul, mul, where, softmax) and the scale as a ``[1]`` tensor of q's policy."""
-    policy = q.type.policy
+    with ops (matmul, mul, where, softmax) in ``policy`` (the accumulation policy) and the
+    scale as a ``[1]`` tensor there: the attribute rounded to nearest even, or ``rsqrt(D)`` —
+    the forward's scale (:func:`_scale`)."""
     scale = (constant([attrs["scale"]], policy) if "scale" in attrs
              else o.rsqrt(constant([float(q.shape[-1])], policy)))
     s = o.mul(o.matmul(q, k, transpose_b=True), scale)
     if attrs["causal"]:
-        sq, sk = q.shape[-2], k.shape[-2]
-        allowed = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
-        s = o.where(allowed, s, constant(-np.inf, policy))
+        s = o.where(_causal_mask(o, q.shape[-2], k.shape[-2]), s, constant(-np.inf, policy))
     return o.softmax(s, axis=-1), scale
 
 
@@ -384,24 +405,30 @@ def _attention_vjp(attrs, primals, results, cts):
     """AD-FLASHATTENTION-1: the adjoint of the attention function ``softmax(mask(scale·q·kᵀ))·v``
     (the blocked online softmax is one rounding of that function): with ``P`` recomputed,
     ``v̄ = Pᵀ·ḡ``, ``P̄ = ḡ·vᵀ``, ``S̄ = scale ⊗ P ⊗ (P̄ ⊖ Σ P̄ ⊗ P)``, ``q̄ = S̄·k``, ``k̄ = S̄ᵀ·q``,
-    each summed over broadcast batch axes. Masked scores have ``P = 0`` and get no gradient."""
-    o, (q, k, v), g = op(attrs), primals, cts[0]
-    p, scale = _attention_probs(o, attrs, q, k)
-    dv = o.matmul(p, g, transpose_a=True)
-    ds = o.mul(_softmax_transpose(o, p, o.matmul(g, v, transpose_b=True), -1), scale)
-    dq, dk = o.matmul(ds, k), o.matmul(ds, q, transpose_a=True)
-    return tuple(unbroadcast(bar, x.shape, attrs) for bar, x in zip((dq, dk, dv), primals))
+    each summed over broadcast batch axes — in the accumulation format, each rounded once into
+    storage. Masked scores have ``P = 0`` and get no gradient."""
+    def bars(policy, q, k, v, g):
+        o = op()
+        p, scale = _attention_probs(o, attrs, q, k, policy)
+        dv = o.matmul(p, g, transpose_a=True)
+        ds = o.mul(_softmax_transpose(o, p, o.matmul(g, v, transpose_b=True), -1), scale)
+        dq, dk = o.matmul(ds, k), o.matmul(ds, q, transpose_a=True)
+        return tuple(unbroadcast(bar, x.shape) for bar, x in zip((dq, dk, dv), (q, k, v)))
+    return in_accum(bars, *primals, cts[0])
 
 
 def _attention_jvp(attrs, primals, tangents, results):
-    """``ẏ = Ṗ·v + P·v̇`` with ``Ṗ = P ⊗ (Ṡ ⊖ Σ Ṡ ⊗ P)``, ``Ṡ = scale ⊗ (q̇·kᵀ + q·k̇ᵀ)``."""
+    """``ẏ = Ṗ·v + P·v̇`` with ``Ṗ = P ⊗ (Ṡ ⊖ Σ Ṡ ⊗ P)``, ``Ṡ = scale ⊗ (q̇·kᵀ + q·k̇ᵀ)``, in the
+    accumulation format, rounded once into storage."""
     if all(t is None for t in tangents):
         return (None,)
-    o, (q, k, v) = op(attrs), primals
-    p, scale = _attention_probs(o, attrs, q, k)
-    dq, dk, dv = (materialize(t, x) for t, x in zip(tangents, primals))
-    ds = o.mul(o.add(o.matmul(dq, k, transpose_b=True), o.matmul(q, dk, transpose_b=True)), scale)
-    return (o.add(o.matmul(_softmax_transpose(o, p, ds, -1), v), o.matmul(p, dv)),)
+
+    def tangent(policy, q, k, v, dq, dk, dv):
+        o = op()
+        p, scale = _attention_probs(o, attrs, q, k, policy)
+        ds = o.mul(o.add(o.matmul(dq, k, transpose_b=True), o.matmul(q, dk, transpose_b=True)), scale)
+        return o.add(o.matmul(_softmax_transpose(o, p, ds, -1), v), o.matmul(p, dv))
+    return (in_accum(tangent, *primals, *(materialize(t, x) for t, x in zip(tangents, primals))),)
 
 
 FLASH_ATTENTION = define(

@@ -29,7 +29,7 @@ from ..ir.types import INDEX
 from ..numerics import ExactAccumulator, argmax_canonical, argmin_canonical, encode, exact_sum
 from ..numerics.arith import source_format
 from ..numerics.convert import check_modes, rounding_bits
-from .adjoint import constant, op
+from .adjoint import constant, in_accum, op, zeros_like
 from .bind import bind
 from .exact import reduce_axes
 from .primitive import NOT_DIFFERENTIABLE, Attr, Cost, define
@@ -195,27 +195,36 @@ def _extreme_mask(x, axes: tuple, name: str):
 
 def _reduce_vjp(name: str):
     """AD-SUM-1 … AD-MIN-1: ``sum`` spreads the cotangent over the reduced axes; ``mean``
-    spreads it divided by the count ``L`` (``L`` in the policy's storage); ``max``/``min`` send
-    it whole to one element, the one of :func:`_extreme_mask`, and +0 to the others."""
+    divides it by the count ``L`` in the accumulation format (one division there, one
+    conversion into storage: the forward's ``⊘ L``) and spreads it; ``max``/``min`` send it
+    whole to one element, the one of :func:`_extreme_mask`, and +0 to the others (all +0
+    over an empty axis: nothing is picked)."""
     def vjp(attrs, primals, results, cts):
         x, axes, keep = primals[0], attrs["axis"], attrs["keepdims"]
-        g = _spread(cts[0], x, axes, keep)
+        g = cts[0]
         if name == "mean":
-            g = op(attrs).div(g, constant(_count(x, axes), x.type.policy))
-        elif name in ("max", "min"):
+            length = float(_count(x, axes))
+            g = in_accum(lambda policy, g: op().div(g, constant(length, policy)), g)
+        elif name in ("max", "min") and _count(x, axes) == 0:
+            return (zeros_like(x),)
+        g = _spread(g, x, axes, keep)
+        if name in ("max", "min"):
             g = op().where(_extreme_mask(x, axes, name), g, constant(0.0, x.type.policy))
         return (g,)
     return vjp
 
 
 def _reduce_jvp(name: str):
-    """The tangent reduced like the operand; ``max``/``min``: the tangent of the chosen element."""
+    """The tangent reduced like the operand; ``max``/``min``: the tangent of the chosen element
+    (zero over an empty axis)."""
     def jvp(attrs, primals, tangents, results):
         t = tangents[0]
         if t is None:
             return (None,)
         x, axes, keep = primals[0], attrs["axis"], attrs["keepdims"]
         if name in ("max", "min"):
+            if _count(x, axes) == 0:
+                return (None,)
             picked = op().where(_extreme_mask(x, axes, name), t, constant(0.0, x.type.policy))
             return (op(attrs).sum(picked, axis=axes, keepdims=keep),)
         return (getattr(op(attrs), name)(t, axis=axes, keepdims=keep),)

@@ -138,7 +138,12 @@ def _spmm_vjp(attrs, primals, results, cts):
     ``dense̅ = Aᵀ·ḡ`` (duplicates summed in stored order), by one-hot matmuls: ``Ḡ_p = R·ḡ``
     and ``D_p = Cm·dense`` gather rows exactly (one nonzero term per dot; an inf or NaN in a
     gathered matrix makes its 0 products NaN), ``data̅ = Σ_j Ḡ_p ⊗ D_p``,
-    ``dense̅ = Cmᵀ·(data ⊗ Ḡ_p)``. indptr and indices get none."""
+    ``dense̅ = Cmᵀ·(data ⊗ Ḡ_p)``. indptr and indices get none.
+
+    Cost: the one-hot matrices take O(nnz·(m + k)) memory and the matmuls O(nnz·(m + k)·n)
+    operations, against the O(nnz·n) of the op. The registry has no gather or scatter-add
+    primitive on index operands (and a CSR transpose needs a sort), so this rule — meant for
+    the exact reference, not for large sparse matrices — keeps the one-hot form."""
     o, (indptr, indices, data, dense), g = op(attrs), primals, cts[0]
     rows, cols = _one_hots(attrs, indptr, indices, data.type.policy)
     g_rows = o.matmul(rows, g)

@@ -165,16 +165,20 @@ def test_a_closure_over_a_distributed_tensor_needs_a_capturing_trace():
 # ---------------------------------------------------------------------------------------------
 # the collectives' derivatives
 
-def _partial(mesh, shape, axis, seed):
-    """A pending sum over ``axis`` with different random contributions on the ranks of ``axis``."""
-    lay = ShardLayout(((),) * len(shape), (axis,))
+def _partial(mesh, shape, axes, seed):
+    """A pending sum over ``axes`` (a name or a tuple) with different random contributions on
+    the ranks of those axes."""
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    lay = ShardLayout(((),) * len(shape), axes)
     rng = np.random.default_rng(seed)
-    rows = {c: rng.standard_normal(shape).astype(np.float32) for c in range(mesh.axis_size(axis))}
-    return dist.from_shards([rows[mesh.coords(d)[axis]] for d in range(mesh.size)], lay, mesh)
+    groups = sorted({tuple(mesh.coords(d)[a] for a in axes) for d in range(mesh.size)})
+    rows = {c: rng.standard_normal(shape).astype(np.float32) for c in groups}
+    return dist.from_shards([rows[tuple(mesh.coords(d)[a] for a in axes)] for d in range(mesh.size)], lay, mesh)
 
 
 def _cases(mesh):
-    """(name, operand, attrs) for each collective, with a random operand in the layout it takes."""
+    """(name, operand, attrs) for each collective, with a random operand in the layout it takes;
+    the first six are the transposes' cases, then the averaging reductions."""
     split0 = dist.tensor((6, 6), S((0,), ("tp",)), mesh, init="randn", seed=11)
     return [
         ("all_reduce", _partial(mesh, (6, 6), "tp", 12), {"axis": ("tp",), "op": "sum"}),
@@ -183,19 +187,26 @@ def _cases(mesh):
         ("all_to_all", split0, {"axis": "tp", "split_dim": 1, "concat_dim": 0}),
         ("collective_permute", split0, {"axis": "tp", "pairs": ((0, 1), (1, 2), (2, 0))}),
         ("shard_slice", dist.tensor((6, 6), None, mesh, init="randn", seed=14), {"axis": "tp", "dim": 0}),
+        ("all_reduce", _partial(mesh, (6, 6), "tp", 15), {"axis": ("tp",), "op": "avg"}),
+        ("all_reduce", _partial(mesh, (6, 6), ("dp", "tp"), 16), {"axis": ("dp", "tp"), "op": "avg"}),
+        ("reduce_scatter", _partial(mesh, (6, 6), "tp", 17), {"axis": "tp", "dim": 0, "op": "avg"}),
     ]
+
+
+N_CASES = len(_cases(_mesh()))
 
 
 def _like(t, seed):
     """A random tensor of ``t``'s type (a pending sum gets random per-rank contributions)."""
     if t.layout.partial:
-        return _partial(t.mesh, t.shape, t.layout.partial[0], seed)
+        return _partial(t.mesh, t.shape, t.layout.partial, seed)
     values = np.random.default_rng(seed).standard_normal(t.shape).astype(np.float32)
     return dist.tensor(t.shape, t.layout, t.mesh, data=values)
 
 
-@pytest.mark.parametrize("index", range(6))
-def test_collective_adjoint_law_on_the_mesh(index):
+def _law(index):
+    """``(⟨J v, u⟩, ⟨v, Jᵀ u⟩)`` in float64 of case ``index`` of :func:`_cases`, by the rules
+    in the registry, for random ``v`` (the operand's type) and ``u`` (the result's)."""
     mesh = _mesh()
     name, x, attrs = _cases(mesh)[index]
     prim = PRIMITIVES[name]
@@ -208,20 +219,65 @@ def test_collective_adjoint_law_on_the_mesh(index):
     assert bar.type.with_layout(None) == x.type.with_layout(None) and not bar.layout.partial
     lhs = float(np.sum(jv.numpy().astype(np.float64) * u.numpy()))
     rhs = float(np.sum(v.numpy().astype(np.float64) * bar.numpy()))
+    return lhs, rhs
+
+
+@pytest.mark.parametrize("index", range(N_CASES))
+def test_collective_adjoint_law_on_the_mesh(index):
+    lhs, rhs = _law(index)
     assert lhs == pytest.approx(rhs, rel=1e-6)
 
 
 def test_a_planted_wrong_collective_transpose_breaks_the_law(monkeypatch):
+    """A permute whose vjp permutes by the forward pairs (not their inverse), planted in the
+    registry: the adjoint-law check of the test above (:func:`_law`) fails on it."""
+    permute = PRIMITIVES["collective_permute"]
+
+    def wrong(attrs, primals, results, cts):
+        return (tr.ops.bind(permute, cts[0], axis=attrs["axis"], pairs=attrs["pairs"]),)
+    monkeypatch.setattr(permute, "vjp", wrong)
+    lhs, rhs = _law(4)
+    assert lhs != pytest.approx(rhs, rel=1e-6)
+
+
+def test_avg_gradients_divide_by_the_group_size_once_in_accum():
+    """AD-COLL-1 for avg: the cotangent ⊘ p (p = 3 over tp, 6 over dp×tp), one f32 division
+    rounded to nearest even, against the float64 quotient rounded once into f32; and the
+    derivative of the averaged loss is the sum-gradient's over p (float64 reference)."""
     mesh = _mesh()
-    name, x, attrs = _cases(mesh)[4]  # permute: its transpose is the inverse permutation
+    for index, p in ((6, 3), (7, 6), (8, 3)):
+        name, x, attrs = _cases(mesh)[index]
+        prim = PRIMITIVES[name]
+        result = tr.ops.bind(prim, x, **attrs)
+        u = _like(result, 23)
+        (bar,) = prim.vjp(attrs, (x,), (result,), (u,))
+        want = (u.numpy().astype(np.float64) / p).astype(np.float32)  # exact quotient, one rounding
+        assert np.array_equal(_bits(bar.numpy()), _bits(want))
+    x = dist.tensor((4, 6), S((1,), ("tp",)), mesh, init="randn", seed=1)
+    W = dist.tensor((6, 2), S((0,), ("tp",)), mesh, init="randn", seed=2)
+    g = tr.grad(lambda x: op.sum(dist.all_reduce(op.matmul(x, W), axis="tp", op="avg")))(x)
+    ref = np.ones((4, 2)) @ W.numpy().astype(np.float64).T / 3
+    assert np.max(np.abs(g.numpy() - ref)) <= 2.0 ** -22 * np.max(np.abs(ref))
+    # only a closure is distributed: p comes from the captured tensor's mesh
+    g = tr.grad(lambda w: op.sum(dist.all_reduce(op.matmul(x, w), axis="tp", op="avg")))(W.numpy())
+    ref = x.numpy().astype(np.float64).T @ np.ones((4, 2)) / 3
+    assert np.max(np.abs(g.numpy() - ref)) <= 2.0 ** -22 * np.max(np.abs(ref))
+
+
+def test_avg_tangents_in_another_layout_are_divided_too():
+    """The jvp of an avg with a tangent not in the operand's layout (a replicated one) moves it
+    and divides by p: the same global tangent as through the avg itself."""
+    mesh = _mesh()
+    name, x, attrs = _cases(mesh)[6]
     prim = PRIMITIVES[name]
     result = tr.ops.bind(prim, x, **attrs)
-    v, u = _like(x, 21), _like(result, 22)
-    (jv,) = prim.jvp(attrs, (x,), (v,), (result,))
-    (bar,) = prim.jvp(attrs, (x,), (u,), (result,))  # planted: the permutation itself, not its inverse
-    lhs = float(np.sum(jv.numpy().astype(np.float64) * u.numpy()))
-    rhs = float(np.sum(v.numpy().astype(np.float64) * bar.numpy()))
-    assert lhs != pytest.approx(rhs, rel=1e-6)
+    v = _like(x, 24)
+    whole = dist.tensor(x.shape, None, mesh, data=v.numpy())
+    (through,) = prim.jvp(attrs, (x,), (v,), (result,))
+    (moved,) = prim.jvp(attrs, (x,), (whole,), (result,))
+    ref = v.numpy().astype(np.float64) / 3
+    for t in (through, moved):
+        assert np.max(np.abs(t.numpy() - ref)) <= 2.0 ** -22 * np.max(np.abs(ref))
 
 
 @pytest.mark.parametrize("index, transposed", [

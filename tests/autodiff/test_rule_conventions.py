@@ -125,7 +125,7 @@ STOCHASTIC = as_policy("bf16").with_(rounding="stochastic")
 @pytest.mark.parametrize("name, index", NARROW)
 def test_cotangents_keep_a_narrow_policy(name, index, policy):
     """On bf16 operands the cotangents and tangents are bf16 tensors of the operands' and
-    results' types; with stochastic rounding the rules run on the call's seed."""
+    results' types; with stochastic rounding the rules run on keys derived from the call's seed."""
     c, prim = CASES[name][index], PRIMITIVES[name]
     seed = {"seed": 5} if prim.attrs.get("seed") is SEED_ATTR["seed"] else {}
 
