@@ -124,8 +124,14 @@ def _expand(local: np.ndarray, mesh: Mesh, axes) -> np.ndarray:
 
 def _fold(values: np.ndarray, op: str, policy) -> np.ndarray:
     """Fold axis 0 of ``values`` (one entry per rank, ascending) with ``op`` in the accum format,
-    then convert once into storage."""
+    then convert once into storage. Collectives take no random key yet, so a policy that
+    rounds stochastically is refused (MESH-COLL-1)."""
     accum = policy.accum
+    if policy.rounding == "stochastic":
+        raise CollectiveError(f"folding a pending {op} of {policy} rounds stochastically into storage, which "
+                              "needs a random key, and collectives take none yet",
+                              fix="reduce in a policy that rounds to nearest (cast the partial sums first), or "
+                                  "keep the reduced dimension whole so that the op rounds with its own seed")
     if policy.reduction == "exact" and op == "sum":
         acc = ExactAccumulator(values.shape[1:], "f64" if policy.storage.name == "f64" else "f32")
         return acc.add(values, axis=0).round(policy.storage, rounding=policy.rounding, overflow=policy.overflow)

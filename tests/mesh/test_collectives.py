@@ -275,3 +275,16 @@ def test_abstract_tensors_move_through_collectives():
     assert y.is_abstract and y.layout.dims == (("tp",), ()) and y.nbytes_per_device == 2 * 4 * 4
     z = dist.all_gather(y, "tp")
     assert z.is_abstract and z.local_shape == (6, 4)
+
+
+def test_folding_a_stochastically_rounded_pending_sum_is_a_collective_error():
+    from tessera_ref import op
+    from tessera_ref.numerics import as_policy
+    policy = as_policy("bf16").with_(rounding="stochastic")
+    mesh = dist.Mesh(("tp",), range(2), (2,))
+    x = dist.tensor((4,), dist.ShardSpec(("row",), ("tp",)), mesh, dtype=policy, data=np.arange(4.0), seed=1)
+    s = op.sum(x, seed=3)  # a pending sum over tp
+    for fold in (lambda: dist.all_reduce(s, "tp"), s.numpy):
+        with pytest.raises(CollectiveError, match="needs a random key") as info:
+            fold()
+        assert "rounds to nearest" in info.value.fix
