@@ -21,8 +21,9 @@ with :class:`~tessera_ref.ir.tile.KernelBuilder`:
   preceded by ``commit; wait(k-1)`` (TILE-FE-3);
 - ``if`` on a lane-varying condition is masked execution; on a constant, only the taken
   branch is lowered;
-- ``x[i]``, ``x[i, j]`` load, ``y[i] = v`` stores, ``X[t:t+128]`` is a view (the length must
-  be a constant); ``tile.load(Y, index=e)``, ``tile.store(Y, index=e, value=v)``,
+- ``x[i]``, ``x[i, j]`` load, ``y[i] = v`` stores (indices are ``index`` values),
+  ``X[t:t+128]`` is a view (the length must be a positive constant; integer indices may come
+  before the slices, ``X[r, c:c+64]``, not after one); ``tile.load(Y, index=e)``, ``tile.store(Y, index=e, value=v)``,
   ``tile.load(A, index=(r, c), shape=(BM, BK))`` loads a fragment; storing a fragment
   stores the box at ``index``;
 - ``tshared.alloc[f16](BM, BK, swizzle="xor", pad=1)``; a bare ``tshared.alloc`` takes the
@@ -376,7 +377,11 @@ class _Lower:
     def binary(self, fn, a, b, node):
         if not isinstance(a, T.Value) and not isinstance(b, T.Value):
             if isinstance(a, (int, float)) and isinstance(b, (int, float)) and fn in _FOLD:
-                return _FOLD[fn](a, b)
+                try:
+                    return _FOLD[fn](a, b)
+                except ZeroDivisionError:
+                    raise self.error(node, f"{ast.unparse(node)!r} divides the constant {a!r} by zero",
+                                     fix="fix the constant divisor") from None
             if fn in ("and", "or"):
                 return (a and b) if fn == "and" else (a or b)
             raise self.error(node, f"cannot compute {fn} of {a!r} and {b!r}")
@@ -409,7 +414,10 @@ class _Lower:
                 raise self.error(sl, f"cannot tell the length of the slice {ast.unparse(sl)!r}",
                                  fix="write it as X[t:t+L] with a constant L")
             length = b - a
-        return int(length)
+        if isinstance(length, bool) or not isinstance(length, int) or length <= 0:
+            raise self.error(sl, f"the view {ast.unparse(sl)!r} has length {length!r}; a length is a positive int",
+                             fix="write X[t:t+L] with a constant L > 0")
+        return length
 
     def try_const(self, node):
         try:
@@ -420,7 +428,16 @@ class _Lower:
 
     def indices(self, node, env) -> list:
         elts = node.elts if isinstance(node, ast.Tuple) else [node]
-        return [self.materialize(self.expr(e, env), e) for e in elts]
+        return [self.index_value(self.expr(e, env), e) for e in elts]
+
+    def index_value(self, value, node):
+        """An ``index`` Value for an index or offset (ints and index values only)."""
+        if isinstance(value, bool) or not isinstance(value, (int, T.Value)) or \
+                isinstance(value, T.Value) and not isinstance(value.type, IndexType):
+            got = value.type if isinstance(value, T.Value) else repr(value)
+            raise self.error(node, f"an index must be an integer (index), got {got} in {ast.unparse(node)!r}",
+                             fix="convert it explicitly with int(...)")
+        return self.materialize(value, node)
 
     def subscript(self, node, env):
         if _dotted(node.value) == "tshared.alloc":
@@ -433,10 +450,17 @@ class _Lower:
             offsets, shape = [], []
             for e in elts:
                 if isinstance(e, ast.Slice):
-                    offsets.append(self.materialize(self.expr(e.lower, env) if e.lower else 0, e))
+                    offsets.append(self.index_value(self.expr(e.lower, env) if e.lower else 0, e))
                     shape.append(self.slice_length(e))
+                elif shape:  # a view drops leading axes only (the box's axes keep their order)
+                    raise self.error(e, f"the view {ast.unparse(node)!r} keeps an integer index after a slice",
+                                     fix=f"keep the axis with a length-1 slice, e.g. {ast.unparse(e)}:"
+                                         f"{ast.unparse(e)}+1")
                 else:
-                    offsets.append(self.materialize(self.expr(e, env), e))
+                    offsets.append(self.index_value(self.expr(e, env), e))
+            if len(elts) != buf.type.rank:
+                raise self.error(node, f"{ast.unparse(node.value)} has {buf.type.rank} dimension(s), viewed "
+                                       f"with {len(elts)}")
             return self.kb.subview(buf, offsets, shape)
         if len(elts) != buf.type.rank:
             raise self.error(node, f"{ast.unparse(node.value)} has {buf.type.rank} dimension(s), indexed "
@@ -464,6 +488,31 @@ class _Lower:
         shape, fmt = self.bare_shape
         return self.kb.alloc(shape, fmt)
 
+    def positional(self, node, lo: int, hi: int, usage: str) -> list:
+        """The positional arguments of a call, between ``lo`` and ``hi`` of them."""
+        if not lo <= len(node.args) <= hi:
+            raise self.error(node, f"{ast.unparse(node.func)} takes {lo if lo == hi else f'{lo} to {hi}'} "
+                                   f"positional argument(s), got {len(node.args)}", fix=f"write {usage}")
+        return node.args
+
+    def shape_of(self, node, env, what) -> tuple:
+        """A constant shape: a tuple of positive ints."""
+        shape = self.const_of(node, env, what)
+        if not isinstance(shape, tuple) or not shape or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+            raise self.error(node, f"{what} is a tuple of positive constant ints, got {ast.unparse(node)!r}",
+                             fix="e.g. (64, 32)")
+        return shape
+
+    def body_format(self, node) -> str:
+        """The format named by ``f16`` (or ``"f16"``) in a kernel body."""
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ast.unparse(node)
+        try:
+            return get_format(text).name
+        except TesseraError:
+            raise self.error(node, f"{text!r} is not a number format",
+                             fix="use f64, f32, f16, bf16, fp8_e4m3 or fp8_e5m2") from None
+
     def kwargs(self, node, allowed) -> dict:
         kw = {k.arg: k.value for k in node.keywords}
         extra = set(kw) - set(allowed)
@@ -483,6 +532,8 @@ class _Lower:
         if name in ("tile.tile_id", "tile.id", "tile.num_tiles"):
             kw = self.kwargs(node, ("axis",))
             axis = self.const_of(node.args[0] if node.args else kw.get("axis", ast.Constant(0)), env, "axis")
+            if isinstance(axis, bool) or axis not in (0, 1, 2):
+                raise self.error(node, f"{name}'s axis is 0, 1 or 2 (a grid has at most 3 axes), got {axis!r}")
             return kb.num_tiles(axis) if name == "tile.num_tiles" else kb.tile_id(axis)
         if name == "tbarrier":
             if self.prefetch and not self.prefetch[-1][1] and self.uncommitted:
@@ -509,25 +560,32 @@ class _Lower:
             self.uncommitted = False
             return None
         if name == "cp_async.wait":
-            kb.wait(self.const_of(node.args[0], env, "cp_async.wait's count") if node.args else 0)
+            args = self.positional(node, 0, 1, "cp_async.wait(n)")
+            pending = self.const_of(args[0], env, "cp_async.wait's count") if args else 0
+            if isinstance(pending, bool) or not isinstance(pending, int) or pending < 0:
+                raise self.error(node, f"cp_async.wait(n) waits until at most n groups are in flight; n must be "
+                                       f"an int >= 0, got {pending!r}", fix="cp_async.wait(0) waits for all")
+            kb.wait(pending)
             return None
         if name == "tile.load":
             kw = self.kwargs(node, ("index", "shape"))
-            buf = self.expr(node.args[0], env)
+            buf = self.expr(self.positional(node, 1, 1, "tile.load(X, index=i)")[0], env)
             index = self.index_arg(kw.get("index"), node, env)
             if "shape" in kw:
-                shape = self.const_of(kw["shape"], env, "a fragment shape")
-                return kb.frag_load(kb.subview(buf, index, tuple(shape)))
+                shape = self.shape_of(kw["shape"], env, "a fragment shape")
+                return kb.frag_load(kb.subview(buf, index, shape))
             return kb.load(buf, index)
         if name == "tile.store":
             kw = self.kwargs(node, ("index", "value"))
-            buf = self.expr(node.args[0], env)
+            buf = self.expr(self.positional(node, 1, 1, "tile.store(Y, index=i, value=v)")[0], env)
+            if "value" not in kw:
+                raise self.error(node, "tile.store needs value=", fix="write tile.store(Y, index=i, value=v)")
             self.store(buf, self.index_arg(kw.get("index"), node, env), self.expr(kw["value"], env), node)
             return None
         if name == "tile.zeros":
-            shape = self.const_of(node.args[0], env, "a fragment shape")
-            fmt = get_format(_dotted(node.args[1]) if len(node.args) > 1 else "f32").name
-            return kb.fill(tuple(shape), fmt, 0.0)
+            args = self.positional(node, 1, 2, "tile.zeros((M, N), f32)")
+            shape = self.shape_of(args[0], env, "a fragment shape")
+            return kb.fill(shape, self.body_format(args[1]) if len(args) > 1 else "f32", 0.0)
         if name in ("tile.mma", "tile.mma_sync"):
             return self.mma(node, env)
         if name in ("min", "max") and len(node.args) == 2:
@@ -548,13 +606,13 @@ class _Lower:
             raise self.error(call, f"{_dotted(call.func)} needs index=")
         value = self.expr(node, env)
         values = value if isinstance(value, tuple) else (value,)
-        return [self.materialize(v, node) for v in values]
+        return [self.index_value(v, node) for v in values]
 
     def alloc(self, node, env):
         head = node.func
         if not (isinstance(head, ast.Subscript) and _dotted(head.value) == "tshared.alloc"):
             raise self.error(node, f"{ast.unparse(node.func)!r} cannot be called")
-        fmt = get_format(ast.unparse(head.slice)).name
+        fmt = self.body_format(head.slice)
         kw = self.kwargs(node, ("swizzle", "pad"))
         shape = tuple(self.const_of(a, env, "a shared-memory size") for a in node.args)
         swizzle = self.const_of(kw["swizzle"], env, "swizzle") if "swizzle" in kw else "none"
@@ -563,12 +621,16 @@ class _Lower:
             raise self.error(node, f"swizzle={swizzle!r} is not one of {list(T.SWIZZLES)}")
         if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
             raise self.error(node, f"a shared buffer needs positive constant sizes, got {shape}")
+        if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
+            raise self.error(node, f"pad must be an int >= 0 (elements added to each row), got {pad!r}",
+                             fix="pad=1 (or leave it out)")
         return self.kb.alloc(shape, fmt, swizzle=swizzle, pad=pad)
 
     def mma(self, node, env, acc=None):
         kw = self.kwargs(node, ("accum",))
-        a, b = self.expr(node.args[0], env), self.expr(node.args[1], env)
-        accum = get_format(_dotted(kw["accum"]) or "f32").name if "accum" in kw else "f32"
+        args = self.positional(node, 2, 3, f"{_dotted(node.func)}(a, b) or tile.mma(a, b, C)")
+        a, b = self.expr(args[0], env), self.expr(args[1], env)
+        accum = self.body_format(kw["accum"]) if "accum" in kw else "f32"
         for v in (a, b):
             if not isinstance(v, T.Value) or not isinstance(v.type, TensorType) or v.type.rank != 2:
                 raise self.error(node, "tile.mma multiplies two 2-D shared buffers, views or fragments")
@@ -674,8 +736,14 @@ def _from_function(fn) -> tuple:
     except (OSError, TypeError):
         raise KernelError(f"@kernel needs the source of {getattr(fn, '__name__', fn)!r}, which Python does not have",
                           fix="define kernels in a file, or use kernel.from_source(text)") from None
-    tree = ast.parse(source)
-    fndef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = ast.Module(body=[], type_ignores=[])
+    fndef = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if fndef is None:
+        raise KernelError(f"@kernel needs a function defined with def, got {getattr(fn, '__name__', fn)!r}",
+                          fix="write the kernel as a def function (a lambda has no kernel body)")
     constants = {k: v for k, v in fn.__globals__.items() if isinstance(v, (int, float, str)) and not k.startswith("__")}
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -751,6 +819,11 @@ class _KernelDecorator:
             except ValueError:
                 raise KernelError("kernel.autotune's space must be literal lists",
                                   location=f"{filename}:{fndef.lineno}") from None
+            if not isinstance(space, dict) or not space or not all(isinstance(v, (list, tuple)) and v
+                                                                   for v in space.values()):
+                raise KernelError(f"autotune space must be a dict of non-empty lists, got {space!r}",
+                                  location=f"{filename}:{fndef.lineno}",
+                                  fix="e.g. space=dict(BM=[128, 256], stages=[2, 3])")
             base = Kernel(fndef, filename, 0, {**{k: v[0] for k, v in space.items()}, **constants})
             return AutotunedKernel(base, space)
         return Kernel(fndef, filename, 0, constants)

@@ -10,15 +10,7 @@ from __future__ import annotations
 
 from ..errors import KernelError
 
-__all__ = ["tile", "tshared", "cp_async", "tbarrier", "mut", "symbols", "Size", "KERNEL_NAMES"]
-
-#: The operations each namespace offers inside a kernel body.
-KERNEL_NAMES = {
-    "tile": ("linear_id", "lane_id", "tile_id", "id", "num_tiles", "num_lanes", "range", "load", "store",
-             "mma", "mma_sync", "zeros"),
-    "tshared": ("alloc",),
-    "cp_async": ("shared", "commit", "wait"),
-}
+__all__ = ["tile", "tshared", "cp_async", "tbarrier", "mut", "symbols", "Size"]
 
 
 class _KernelOnly:

@@ -143,6 +143,8 @@ def _verify_alloc(op):
     _n_operands(0)(op)
     _attr(op, "swizzle", str, SWIZZLES)
     _attr(op, "pad", int)
+    if op.attributes["pad"] < 0:
+        raise op.emit_error(f"pad must be >= 0, is {op.attributes['pad']}")
     t = op.results[0].type if len(op.results) == 1 else None
     if not isinstance(t, TensorType) or not t.is_static or t.rank == 0:
         raise op.emit_error(f"allocates a static shared buffer (tensor<...> of ints), result is {t}")
@@ -155,6 +157,35 @@ def _verify_subview(op):
     view = op.results[0].type
     if not isinstance(view, TensorType) or not view.is_static or view.rank > base.rank:
         raise op.emit_error(f"the view {view} must be a static tensor of rank <= {base.rank}")
+
+
+def _verify_copy(op):
+    _n_operands(2)(op)
+    dst, src = (_static_tensor(op, v, w) for v, w in zip(op.operands, ("the destination", "the source")))
+    if dst.shape != src.shape or dst.format != src.format:
+        raise op.emit_error(f"copies {src} into {dst}: shapes and formats must match")
+
+
+def _verify_frag_store(op):
+    _n_operands(2)(op)
+    view, frag = (_static_tensor(op, v, w) for v, w in zip(op.operands, ("the view", "the fragment")))
+    if view.shape != frag.shape:
+        raise op.emit_error(f"stores a fragment {frag} into a view {view}: the shapes must match")
+
+
+def _verify_axis(op):
+    _n_operands(0)(op)
+    _attr(op, "axis", int)
+    if not 0 <= op.attributes["axis"] < 3:
+        raise op.emit_error(f"axis must be 0, 1 or 2 (a grid has at most 3 axes), is {op.attributes['axis']}")
+
+
+def _verify_wait(op):
+    _n_operands(0)(op)
+    _attr(op, "pending", int)
+    if op.attributes["pending"] < 0:
+        raise op.emit_error(f"waits until at most 'pending' groups are in flight, so pending >= 0; is "
+                            f"{op.attributes['pending']}")
 
 
 def _verify_mma(op):
@@ -187,6 +218,9 @@ def _verify_yield(op):
         raise op.emit_error("must end the region of a tessera.tile.for or tessera.tile.if")
     if len(op.operands) != len(parent.results):
         raise op.emit_error(f"yields {len(op.operands)} value(s), '{parent.name}' has {len(parent.results)} result(s)")
+    for i, (v, r) in enumerate(zip(op.operands, parent.results)):
+        if v.type != r.type:
+            raise op.emit_error(f"yields {v.type} as value {i}, '{parent.name}' result {i} is {r.type}")
 
 
 def _name(short):
@@ -197,16 +231,16 @@ FOR, IF, YIELD = _name("for"), _name("if"), _name("yield")
 
 _OPS = {
     "lane_id": (_n_operands(0), False), "linear_id": (_n_operands(0), False),
-    "num_lanes": (_n_operands(0), False), "tile_id": (_n_operands(0), False),
-    "num_tiles": (_n_operands(0), False), "dim": (_n_operands(1), False),
+    "num_lanes": (_n_operands(0), False), "tile_id": (_verify_axis, False),
+    "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
     "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
-    "cp_async": (_n_operands(2), True), "cp_async_commit": (_n_operands(0), True),
-    "cp_async_wait": (lambda op: _attr(op, "pending", int), True), "barrier": (_n_operands(0), True),
+    "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
+    "cp_async_wait": (_verify_wait, True), "barrier": (_n_operands(0), True),
     "fill": (_n_operands(0), False), "frag_load": (_n_operands(1), True),
-    "frag_store": (_n_operands(2), True), "mma": (_verify_mma, True),
+    "frag_store": (_verify_frag_store, True), "mma": (_verify_mma, True),
     "for": (_verify_for, False), "if": (_verify_if, False),
 }
 for _short, (_hook, _effects) in _OPS.items():
@@ -390,9 +424,11 @@ class KernelBuilder:
         """``if cond`` with regions built by ``then()`` and ``else_()``, each returning the
         values of the results (their types from the then branch unless given)."""
         then_block, else_block = Block(), Block()
+        location = self.location  # the if's own line, not that of its regions' last op
         values = self._build_region(then_block, then, None)
         types = result_types if result_types is not None else [v.type for v in values]
         op = self.op("if", (cond,), types, None, [Region([then_block]), Region([else_block])])
+        op.location = location
         self._terminate(then_block, values)
         self._build_region(else_block, else_ or (lambda: []), op)
         return list(op.results)

@@ -64,10 +64,10 @@ def mm(A: f32[64, 32], B: f32[32, 64], C: mut f32[64, 64]):
         report = k(A, B, C, grid=1, lanes=128)
         assert (C == 32).all()
         waves[pad, swizzle] = report.counters.smem_wavefronts
-    # A's column reads: 32 columns x 2 phases; plain: 32 wavefronts each, padded: 1, xor: 4
-    copy_and_b = waves[1, "none"] - 64
-    assert waves[0, "none"] - copy_and_b == 64 * 32
-    assert waves[0, "xor"] - copy_and_b == 64 * 4
+    # the two copies (64 wavefronts each) and B's row reads (64), all conflict-free, plus A's
+    # column reads: 32 columns x 2 requests; plain: 32 wavefronts each, padded: 1, xor: 4
+    # (the derivation is in test_matmul_wavefronts_quoted_in_the_spec)
+    assert waves == {(0, "none"): 192 + 64 * 32, (1, "none"): 192 + 64 * 1, (0, "xor"): 192 + 64 * 4}
 
 
 def test_matmul_counters():
@@ -101,3 +101,30 @@ def test_narrow_elements_count_their_own_size(fmt, per_read, sectors_per_access)
     assert c.smem_wavefronts == 32 * 1 + 32 * per_read and c.smem_ideal_wavefronts == 64
     assert c.global_sectors == 64 * sectors_per_access and c.hbm_bytes == 2 * X.nbytes
     assert c.smem_read_bytes == c.smem_write_bytes == X.nbytes
+
+
+@pytest.mark.parametrize("pad, swizzle, waves, requests", [
+    (0, "none", 286_720, 6_144), (1, "none", 32_768, 12_288), (0, "xor", 57_344, 6_144)])
+def test_matmul_wavefronts_quoted_in_the_spec(pad, swizzle, waves, requests):
+    """docs/spec/tiles.md's 256³ numbers, derived by hand. 16 tiles x 8 k-steps; per k-step:
+
+    - the sB copy (32x64 f32, 256-byte rows): 512 16-byte pieces, 16 requests of 32 pieces,
+      4 phases of 8 pieces = 128 contiguous bytes each: 64 wavefronts, 16 global requests;
+    - the sA copy (64x32 f32): the same unpadded and swizzled (the swizzle permutes 16-byte
+      chunks within a 128-byte row): 64 wavefronts, 16 requests; padded, rows are 132 bytes,
+      so 4-byte pieces: 2048 of them, 64 requests of one row (33r + j: 32 banks), 64
+      wavefronts and 64 global requests;
+    - mma's a reads: 32 columns x 2 requests of 32 rows; lane m reads word 32m + k (bank k
+      for all: 32 wavefronts), padded 33m + k (32 banks: 1), swizzled
+      32m + 4((k // 4) ^ (m % 8)) + k % 4 (8 banks, 4 words each: 4): 64 x {32, 1, 4};
+    - mma's b reads: 2048 elements row-major, 32 consecutive words per request: 64.
+
+    Wavefronts: 128 x (64 + 64 + 64·{32, 1, 4} + 64) = 286,720 / 32,768 / 57,344. Global
+    requests: 128 x (16 + {16, 64}) for the copies + 16 x 128 for C's 64x64 store (4096
+    elements, 32 per request) = 6,144 / 12,288."""
+    k = matmul.specialize(PAD=pad, SWIZZLE=swizzle)
+    a = np.ones((256, 256), np.float32)
+    counters = k(a, a, np.zeros((256, 256), np.float32), grid=(4, 4), lanes=128, checks=False).counters
+    assert counters.smem_wavefronts == waves
+    assert counters.smem_ideal_wavefronts == 32_768
+    assert counters.global_requests == requests

@@ -58,8 +58,24 @@ def test_tiled_matmul_rounds_like_a_sequential_fma_chain():
     b[:3, 0] = 1.0
     c = np.zeros((64, 64), np.float32)
     matmul.specialize(BK=32)(a, b, c, grid=(1, 1), lanes=64)
-    # fma chain in k order: 2^24, then 2^24 + 1 -> 2^24 (ties to even), then 0
+    # fma chain in k order: 2^24, then 2^24 + 1 -> 2^24 (ties to even), then 0 (reversed: 1)
     assert c[0, 0] == 0.0
+
+
+def test_tiled_matmul_equals_an_independent_fma_chain_on_random_data():
+    """Each fma by float64: a, b are multiples of 2^-4 below 2^7, so products and partial sums
+    are multiples of 2^-8 below 2^25 — exact in float64 — and casting to float32 rounds once
+    (an fma). The sums pass 2^16, where float32 must round, so the order shows in the bits."""
+    rng = np.random.default_rng(7)
+    a = (rng.integers(-2**11, 2**11, (64, 256)) / 16).astype(np.float32)
+    b = (rng.integers(-2**11, 2**11, (256, 64)) / 16).astype(np.float32)
+    want = np.zeros((64, 64), np.float32)
+    for k in range(256):
+        want = (want.astype(np.float64) + np.outer(a[:, k], b[k]).astype(np.float64)).astype(np.float32)
+    c = np.zeros((64, 64), np.float32)
+    matmul(a, b, c, grid=(1, 1), lanes=128)
+    assert np.array_equal(c.view(np.uint32), want.view(np.uint32))
+    assert not np.array_equal(want, (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32))
 
 
 def test_non_uniform_loop_bound_is_an_error():
@@ -154,9 +170,13 @@ def test_python_autotune_decorator_specializes_each_configuration():
 
 
 def test_autotune_delegates_the_sweep_to_the_autotuner():
+    """Every configuration runs specialized: fill_prefix stores BM floats (4·BM bytes of
+    HBM writes, whole sectors), so the BM=128 ones are the fastest (memory-bound)."""
     result = fill_prefix.tune(dict(args=[np.zeros(512, np.float32)], grid=1, lanes=128), "H100",
                               progress=False, cache=False)
-    assert "BM=128 stages=2" in str(result)
+    written = {(t.config["BM"], t.config["stages"]): t.details["hbm_bytes"] for t in result.trials}
+    assert written == {(128, 2): 512, (128, 3): 512, (256, 2): 1024, (256, 3): 1024}
+    assert result.best["BM"] == 128
 
 
 @pytest.mark.parametrize("fn", ["exp", "log", "tanh", "rsqrt", "sigmoid", "erf"])

@@ -168,3 +168,31 @@ def test_symbols_and_unbound_sizes():
     with pytest.raises(KernelError, match="the size 'm' is used, but no parameter's annotation binds it") as info:
         kernel.from_source(src, filename="k.tsr", constants={"m": symbols("m")})
     assert "[at k.tsr:5]" in str(info.value)
+
+
+def _loop_ops(src):
+    from tessera_ref.ir import tile as T
+
+    (loop,) = [o for o in kernel.from_source(src).module.walk() if o.name == T.FOR]
+    return [(o.name.rsplit(".", 1)[1], o.attributes.get("pending")) for o in loop.regions[0].entry
+            if o.name.rsplit(".", 1)[1] in ("cp_async", "cp_async_commit", "cp_async_wait", "barrier")]
+
+
+def test_a_prefetch_loop_commits_and_waits_before_the_barrier_after_a_copy():
+    """TILE-FE-3: with prefetch=2, `commit; wait(1)` goes before the barrier that follows the
+    copy, and not before the trailing barrier (no copy since the last commit)."""
+    from tile_dsl import AXPY_DB
+
+    ops = _loop_ops(AXPY_DB.replace("TRAILING", "tbarrier()"))
+    assert ops == [("cp_async", None), ("cp_async_commit", None), ("cp_async_wait", 1), ("barrier", None),
+                   ("barrier", None)]
+    assert _loop_ops(AXPY_DB.replace("prefetch=2", "prefetch=3").replace("TRAILING", "pass"))[2] == \
+        ("cp_async_wait", 2)
+
+
+@pytest.mark.parametrize("change", [("prefetch=2", "prefetch=0"), ("TRAILING", "cp_async.commit()")])
+def test_plain_loops_and_explicit_commits_get_no_inserted_wait(change):
+    from tile_dsl import AXPY_DB
+
+    ops = _loop_ops(AXPY_DB.replace(*change).replace("TRAILING", "pass"))
+    assert ("cp_async_wait", 1) not in ops and ops.count(("cp_async_commit", None)) == (change[0] == "TRAILING")

@@ -6,11 +6,15 @@ where the hardware promises no order between lanes:
 
 - a shared element written by one lane and read or written by another lane in the same
   phase is a race (RAW / WAW); read by one lane and written by another in the same phase,
-  WAR. A copy by ``cp_async`` writes when the ``cp_async_wait`` that retires its group runs,
-  on behalf of the lane that issued that 16-byte chunk; reading an element with a copy in
-  flight, or writing it, is a race too, and so is issuing a copy into an element another
-  lane read in the same phase;
+  WAR. Tile-collective operations (``cp_async``, ``frag_load``, ``frag_store``, ``mma``)
+  access their elements on behalf of every lane (``ALL_LANES``), so any lane access of the
+  same element in the same phase conflicts with them. A copy by ``cp_async`` writes when the
+  ``cp_async_wait`` that retires its group runs; reading an element with a copy in flight,
+  or writing it, is a race too, and so is issuing a copy into an element another lane read
+  or wrote in the same phase (the copy may land at any moment before its wait);
 - reading a shared element nothing wrote is an uninitialized read;
+- several lanes of one store, or a later tile, storing to one global element is a race when
+  the values differ and redundant work when they agree (TILE-CHECK-6);
 - :class:`Finding` records what, where (kernel source line), which tile, lanes and indices.
 """
 from __future__ import annotations
@@ -22,7 +26,8 @@ import numpy as np
 from ...errors import TileBarrierError, TileBoundsError, TileRaceError, TileUninitializedError
 from .memory import ALL_LANES, NO_LANE
 
-__all__ = ["Finding", "ERRORS", "describe_lanes", "check_read", "check_write", "mark_read", "mark_write"]
+__all__ = ["Finding", "ERRORS", "describe_lanes", "check_read", "check_write", "mark_read", "mark_write",
+           "check_global_store"]
 
 #: The error class raised for each finding kind.
 ERRORS = {"race": TileRaceError, "bounds": TileBoundsError, "uninitialized": TileUninitializedError,
@@ -97,18 +102,17 @@ def check_write(buf, phys: np.ndarray, lanes, phase: int, asynchronous: bool = F
         how = "a cp.async refills" if asynchronous else "writes"
         return "race", bad, (f"write-after-read race: {how} an element another lane read in the same "
                              "barrier phase")
-    if not asynchronous:
-        bad = (buf.w_phase[phys] == phase) & _other(buf.w_lane[phys], lanes)
-        if bad.any():
-            return "race", bad, "write-after-write race: another lane wrote it in the same barrier phase"
+    bad = (buf.w_phase[phys] == phase) & _other(buf.w_lane[phys], lanes)
+    if bad.any():  # a copy may land at any moment before its wait: its issue counts as the write
+        how = "a cp.async copies into" if asynchronous else "writes"
+        return "race", bad, f"write-after-write race: {how} an element another lane wrote in the same barrier phase"
     return None
 
 
 def mark_read(buf, phys: np.ndarray, lanes, phase: int) -> None:
     """Record reads of ``phys`` by ``lanes`` (an array per element, or ALL_LANES)."""
-    if np.ndim(lanes) == 0:
-        same = (buf.r_phase[phys] == phase) & (buf.r_lane[phys] != lanes)
-        buf.r_lane[phys] = np.where(same, ALL_LANES, lanes)
+    if np.ndim(lanes) == 0:  # a tile-collective read: every lane's
+        buf.r_lane[phys] = ALL_LANES
     else:
         prev_same = buf.r_phase[phys] == phase
         prev = buf.r_lane[phys]
@@ -138,3 +142,35 @@ def mark_write(buf, phys: np.ndarray, lanes, phase: int) -> None:
     buf.w_phase[phys] = phase
     buf.w_lane[phys] = lanes
     buf.init[phys] = True
+
+
+def check_global_store(buf, offs: np.ndarray, values: np.ndarray, lanes: np.ndarray, tile_linear: int,
+                       grid: tuple) -> list:
+    """TILE-CHECK-6 for a store of ``values`` at flat ``offs`` of global ``buf`` by ``lanes``
+    of tile ``tile_linear``: ``[(kind, what, flat offset, lanes)]`` (kind ``race`` when the
+    values differ, ``warning`` when they agree); records the tile as the elements' writer."""
+    out = []
+
+    def finding(flat, who, differ, how):
+        what = "different values (the result depends on the order)" if differ else "the same value (redundant work)"
+        out.append(("race" if differ else "warning", f"{how}: {what}", int(flat), who))
+
+    bits = values.view(np.dtype(f"u{values.itemsize}"))
+    order = np.argsort(offs, kind="stable")
+    o, b = offs[order], bits[order]
+    twin = o[1:] == o[:-1]
+    tile = tuple(int(i) for i in np.unravel_index(tile_linear, grid))
+    if twin.any():
+        dup = np.isin(offs, o[1:][twin])
+        finding(o[1:][twin][0], lanes[dup], bool((b[1:][twin] != b[:-1][twin]).any()),
+                f"from {describe_lanes(lanes[dup])} of tile {tile} in one store")
+    prev = buf.writer[offs]
+    other = (prev >= 0) & (prev != tile_linear)
+    if other.any():
+        old = buf.flat[offs[other]].view(bits.dtype)
+        first = int(np.flatnonzero(other)[0])
+        earlier = tuple(int(i) for i in np.unravel_index(int(prev[first]), grid))
+        finding(offs[first], lanes[other], bool((old != bits[other]).any()),
+                f"from tile {tile} after tile {earlier} stored it")
+    buf.writer[offs] = tile_linear
+    return out

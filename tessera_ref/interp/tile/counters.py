@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,11 +68,6 @@ class Counters:
         else:
             self.hbm_read_bytes += 32 * sectors
 
-    def as_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out.update(hbm_bytes=self.hbm_bytes, smem_conflict_wavefronts=self.smem_conflict_wavefronts)
-        return out
-
 
 def lanes_per_phase(access_bytes: int) -> int:
     """Lanes served per shared-memory phase (128 bytes per cycle)."""
@@ -96,7 +91,7 @@ def wavefronts(byte_addr: np.ndarray, request: np.ndarray, access_bytes: int) ->
     bank_phase = bank_key >> 5
     starts = np.flatnonzero(np.r_[True, bank_phase[1:] != bank_phase[:-1]])
     worst = np.maximum.reduceat(per_bank, starts)
-    phases, distinct = np.unique(ph, return_counts=True)
+    distinct = np.unique(ph, return_counts=True)[1]
     return int(np.unique(request).size), int(worst.sum()), int((-(-distinct // 32)).sum())
 
 

@@ -8,11 +8,13 @@ the tile's execution into phases, which the checkers (:mod:`.checkers`) use; the
 (:mod:`.counters`) follow hardware.md's bank and sector rules.
 
 Tile-collective ops (``cp_async``, ``frag_load``, ``frag_store``, ``mma``) are issued by the
-whole tile: ``cp_async`` copies 16-byte chunks, chunk ``j`` by lane ``j mod lanes``;
-``frag_load``/``frag_store`` move elements in row-major order, element ``j`` by lane
-``j mod lanes``; ``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and
-``b`` a row at a time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose
-bank conflicts padding and swizzling remove.
+whole tile (never under a lane-varying ``if``, TILE-MEM-3). For the counters (TILE-VIS-3):
+``cp_async`` copies pieces of 16, 8 or 4 bytes (the largest contiguous and aligned in both
+buffers, else single elements), piece ``j`` by lane ``j mod lanes``; ``frag_load`` /
+``frag_store`` move elements in row-major order, element ``j`` by lane ``j mod lanes``;
+``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and ``b`` a row at a
+time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose bank conflicts
+padding and swizzling remove. For the checkers, their accesses are every lane's.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 from ...errors import KernelError
 from ...ir import Module, Operation
 from ...ir import tile as T
-from ...ir.types import ScalarType, TensorType
+from ...ir.types import IndexType, ScalarType, TensorType
 from ...numerics import get_format
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
@@ -71,6 +73,21 @@ def _kernel_func(program, func):
                       fix="pass KernelBuilder.finish() or kernel.module")
 
 
+def _scalar_argument(name, t, value):
+    """Check a scalar argument: an integer for ``index``, a real number for a format."""
+    integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if isinstance(t, IndexType):
+        if integral and -2 ** 63 <= value < 2 ** 63:
+            return value
+        want = "an integer (int64)"
+    elif integral or isinstance(value, (float, np.floating)):
+        return value
+    else:
+        want = "a real number"
+    raise KernelError(f"argument {name!r} ({t}) must be {want}, got {value!r}",
+                      fix=f"pass {'an int' if isinstance(t, IndexType) else 'a float'} for {name!r}")
+
+
 class _Abort(Exception):
     """Raised to stop a run at the first finding (turned into the finding's error)."""
 
@@ -80,8 +97,12 @@ class Run:
 
     def __init__(self, func, args, grid, lanes, checks, counters, on_error):
         self.func = func
+        sizes = (grid,) if np.ndim(grid) == 0 else tuple(grid)
+        if not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in sizes + (lanes,)):
+            raise KernelError(f"a launch needs integer grid sizes and lanes, got grid={grid!r}, lanes={lanes!r}",
+                              fix="e.g. grid=(4, 4), lanes=128")
         self.lanes = int(lanes)
-        self.grid = tuple(int(g) for g in ((grid,) if np.ndim(grid) == 0 else grid))
+        self.grid = tuple(int(g) for g in sizes)
         if not 1 <= len(self.grid) <= 3 or min(self.grid) < 1 or self.lanes < 1:
             raise KernelError(f"a launch needs 1 to 3 positive grid sizes and lanes >= 1, got grid={grid}, "
                               f"lanes={lanes}", fix="e.g. grid=(4, 4), lanes=128")
@@ -137,7 +158,7 @@ class Run:
                 out[name] = buf
                 self.dtype_hint = self.dtype_hint or t.format.name
             else:
-                self.env[param] = number(value, _dtype(t))
+                self.env[param] = number(_scalar_argument(name, t, value), _dtype(t))
         return out
 
     # -- findings -----------------------------------------------------------------------
@@ -163,6 +184,16 @@ class Run:
                     fix="separate the accesses with tbarrier() (and cp_async wait before it)"
                     if kind == "race" else "write the element before reading it")
 
+    def check_shared(self, op, base, offs, lanes, verb, write: bool, asynchronous: bool = False) -> None:
+        """TILE-CHECK-1/2/4 for an access of shared ``offs`` by ``lanes`` (an array per
+        element, or ALL_LANES), then record it (a copy is recorded when it is retired)."""
+        problem = (C.check_write(base, offs, lanes, self.phase, asynchronous) if write
+                   else C.check_read(base, offs, lanes, self.phase))
+        if problem:
+            self._problem(problem, op, base, offs, lanes, verb)
+        if not asynchronous:
+            (C.mark_write if write else C.mark_read)(base, offs, lanes, self.phase)
+
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
         body = self.func.regions[0].entry
@@ -171,14 +202,17 @@ class Run:
             self.tile_linear = int(np.ravel_multi_index(tile, self.grid))
             self.phase = 0
             self.smem_top = 0
+            self.allocs: dict = {}
             self.pending: list = []
             self.groups: list = []
             self.counters.tiles += 1
             self.block(body, self.full)
-            if self.pending or self.groups:
-                n = len(self.pending) + sum(len(g) for g in self.groups)
+            left = self.pending + [c for g in self.groups for c in g]
+            if left:
+                dst, _, _, op = left[0]
+                n = len(left)
                 self.report("warning", f"tile {tile} ends with {n} cp.async cop{'y' if n == 1 else 'ies'} never "
-                            "retired by a cp_async_wait: their data is never used", body.last_op)
+                            f"retired by a cp_async_wait (the first into {dst.name}): their data is never used", op)
 
     def block(self, block, mask) -> list:
         env = self.env
@@ -218,23 +252,26 @@ class Run:
     def index_of(self, op, buf, idx_values, mask, verb):
         """(target buffer, physical/flat offsets, active lane ids) of a lane-level access."""
         lanes = self.lane_ids[mask]
+        local = [self.lanes_of(v, mask).astype(np.int64) for v in idx_values]
+        bad = np.zeros(lanes.size, dtype=bool)
+        for i, n in zip(local, buf.shape):  # the index against the view's (or buffer's) own shape
+            bad |= (i < 0) | (i >= n)
+        base = buf.base if isinstance(buf, View) else buf
+        what = f"(shape {list(buf.shape)}, {base.space} memory)"
         if isinstance(buf, View):
             offs = buf.offsets
             idx = [np.full(lanes.size, o, dtype=np.int64) for o in offs[:buf.drop]]
-            idx += [self.lanes_of(v, mask).astype(np.int64) + o for v, o in zip(idx_values, offs[buf.drop:])]
-            box = buf.shape
-            local = idx[buf.drop:]
-            base = buf.base
+            idx += [i + o for i, o in zip(local, offs[buf.drop:])]
+            if not bad.any():  # a view leaving its buffer (reported where it was made): stay inside
+                for i, n in zip(idx, base.shape):
+                    bad |= (i < 0) | (i >= n)
+                what = f"(a view at {list(offs)} of {base.name} {list(base.shape)} that leaves the buffer)"
         else:
-            idx = [self.lanes_of(v, mask).astype(np.int64) for v in idx_values]
-            box, local, base = buf.shape, idx, buf
-        bad = np.zeros(lanes.size, dtype=bool)
-        for axis, (i, n) in enumerate(zip(local, box)):
-            bad |= (i < 0) | (i >= n)
+            idx = local
         if bad.any():
             first = np.flatnonzero(bad)[0]
             at = [int(i[first]) for i in local]
-            self.report("bounds", f"{verb} {buf.name}{at} (shape {list(box)}, {base.space} memory) by "
+            self.report("bounds", f"{verb} {buf.name}{at} {what} by "
                         f"{C.describe_lanes(lanes[bad])} of tile {self.tile}: index out of bounds", op,
                         lanes[bad], at, fix="check the index arithmetic or guard the access with an if")
             keep = ~bad
@@ -266,13 +303,7 @@ class Run:
         if hit is not None:
             return view.base, hit
         base, box = view.base, view.box_shape
-        bad = [a for a, (o, s, n) in enumerate(zip(view.offsets, box, base.shape)) if o < 0 or o + s > n]
-        if bad:
-            a = bad[0]
-            self.report("bounds", f"{verb} {base.name}[{view.offsets[a]}:{view.offsets[a] + box[a]}] in axis {a} "
-                        f"(size {base.shape[a]}, {base.space} memory) in tile {self.tile}: the box "
-                        f"{list(box)} at offsets {list(view.offsets)} leaves the buffer", op,
-                        (), view.offsets, fix="check the tile offsets or guard the last tile")
+        if self.box_leaves(op, base, view.offsets, box, verb):
             return base, None
         if isinstance(base, Shared):
             sl = tuple(slice(o, o + s) for o, s in zip(view.offsets, box))
@@ -286,6 +317,17 @@ class Run:
         self._cache[key] = offs
         return base, offs
 
+    def box_leaves(self, op, base, offsets, box, verb) -> bool:
+        """Report (TILE-CHECK-3) and return True if the box ``box`` at ``offsets`` leaves ``base``."""
+        bad = [a for a, (o, s, n) in enumerate(zip(offsets, box, base.shape)) if o < 0 or o + s > n]
+        if bad:
+            a = bad[0]
+            self.report("bounds", f"{verb} {base.name}[{offsets[a]}:{offsets[a] + box[a]}] in axis {a} "
+                        f"(size {base.shape[a]}, {base.space} memory) in tile {self.tile}: the box "
+                        f"{list(box)} at offsets {list(offsets)} leaves the buffer", op,
+                        (), offsets, fix="check the view offsets or guard the last tile")
+        return bool(bad)
+
     def collective_counts(self, op, base, offs, chunk_bytes, write, role="rowmajor", shape=None):
         """Count a tile-collective access of ``offs`` (row-major elements of a box)."""
         if not self.count or offs is None:
@@ -293,7 +335,7 @@ class Run:
         first = int(offs[0]) if offs.size else 0
         # a global box's counts depend on its corner only through the sector alignment
         corner = first if base.space == "shared" else (base.base + first * base.itemsize) % 32
-        key = (op, base.layout_key, role, offs.size, corner, shape)
+        key = (op, base.layout_key, role, offs.size, corner, shape, chunk_bytes)
         hit = self._cache.get(key)
         if hit is None:
             size = base.itemsize
@@ -338,10 +380,7 @@ class Run:
             return np.zeros(shape, dtype=base.dtype if isinstance(base, Shared) else base.array.dtype)
         if isinstance(base, Shared):
             if self.checks:
-                problem = C.check_read(base, offs, ALL_LANES, self.phase)
-                if problem:
-                    self._problem(problem, op, base, offs, ALL_LANES, verb)
-                C.mark_read(base, offs, ALL_LANES, self.phase)
+                self.check_shared(op, base, offs, ALL_LANES, verb, False)
             data = base.data[offs]
         else:
             data = base.flat[offs]
@@ -351,42 +390,24 @@ class Run:
 
     def global_write(self, op, base, offs, values, lanes) -> None:
         """Store ``values`` at ``offs`` of a mut global buffer, checking TILE-CHECK-6 first."""
+        if not base.mut:
+            raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
+                              location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[n]")
         if self.checks:
-            bits = values.view(np.dtype(f"u{values.itemsize}"))
-            order = np.argsort(offs, kind="stable")
-            o, b = offs[order], bits[order]
-            twin = o[1:] == o[:-1]
-            if twin.any():
-                differ = bool((b[1:][twin] != b[:-1][twin]).any())
-                dup = np.isin(offs, o[1:][twin])
-                self._global_finding(op, base, int(o[1:][twin][0]), lanes[dup], differ,
-                                     f"from {C.describe_lanes(lanes[dup])} of tile {self.tile} in one store")
-            prev = base.writer[offs]
-            other = (prev >= 0) & (prev != self.tile_linear)
-            if other.any():
-                old = base.flat[offs[other]].view(bits.dtype)
-                first = int(np.flatnonzero(other)[0])
-                earlier = tuple(int(i) for i in np.unravel_index(int(prev[first]), self.grid))
-                self._global_finding(op, base, int(offs[first]), lanes[other], bool((old != bits[other]).any()),
-                                     f"from tile {self.tile} after tile {earlier} stored it")
-            base.writer[offs] = self.tile_linear
+            for kind, what, flat, who in C.check_global_store(base, offs, values, lanes, self.tile_linear, self.grid):
+                idx = [int(i) for i in np.unravel_index(flat, base.shape)]
+                self.report(kind, f"writes {base.name}{idx} {what}", op, who, idx,
+                            fix="give each lane and each tile its own elements")
         base.flat[offs] = values
         base.written[offs] = True
 
-    def _global_finding(self, op, base, flat: int, lanes, differ: bool, how: str) -> None:
-        idx = [int(i) for i in np.unravel_index(flat, base.shape)]
-        what = ("different values (the result depends on the order)" if differ
-                else "the same value (redundant work)")
-        self.report("race" if differ else "warning", f"writes {base.name}{idx} {how}: {what}", op, lanes, idx,
-                    fix="give each lane and each tile its own elements")
-
     # -- barrier phases and cp.async ------------------------------------------------------
     def retire(self, copies) -> None:
-        for dst, offs, data, lanes in copies:
+        for dst, offs, data, _ in copies:
             dst.data[offs] = data
             if self.checks:
                 dst.pending[offs] -= 1
-                C.mark_write(dst, offs, lanes, self.phase)
+                C.mark_write(dst, offs, ALL_LANES, self.phase)
 
 
 def _ids(run, op, mask):
@@ -487,10 +508,7 @@ def _load(run, op, mask):
     base, offs, lanes = run.index_of(op, buf, [run.env[v] for v in op.operands[1:]], mask, "reads")
     if isinstance(base, Shared):
         if run.checks and offs.size:
-            problem = C.check_read(base, offs, lanes, run.phase)
-            if problem:
-                run._problem(problem, op, base, offs, lanes, "reads")
-            C.mark_read(base, offs, lanes, run.phase)
+            run.check_shared(op, base, offs, lanes, "reads", False)
         out[lanes] = base.data[offs]
     else:
         out[lanes] = base.flat[offs]
@@ -514,26 +532,26 @@ def _store(run, op, mask):
                 dup = np.isin(offs, uniq[counts > 1])
                 run._problem(("race", dup, "write-after-write race: several lanes store to it in one store"),
                              op, base, offs, lanes, "writes")
-            problem = C.check_write(base, offs, lanes, run.phase)
-            if problem:
-                run._problem(problem, op, base, offs, lanes, "writes")
-            C.mark_write(base, offs, lanes, run.phase)
+            run.check_shared(op, base, offs, lanes, "writes", True)
         base.data[offs] = values
     else:
-        if not base.mut:
-            raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
-                              location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[n]")
         run.global_write(op, base, offs, values, lanes)
     run.count_lane_access(base, offs, lanes, True)
     return None
 
 
 def _alloc(run, op, mask):
+    """A tile's allocations are static (like CUDA ``__shared__``): an alloc op run again in
+    the same tile (in a loop) gives the same buffer (TILE-MEM-2)."""
+    buf = run.allocs.get(op)
+    if buf is not None:
+        return buf
     t = op.results[0].type
     name = op.results[0].name or f"smem@{op.location or '?'}"
     buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], run.smem_top,
                  run.checks)
     run.smem_top += buf.nbytes
+    run.allocs[op] = buf
     return buf
 
 
@@ -541,6 +559,7 @@ def _subview(run, op, mask):
     base = run.env[op.operands[0]]
     offsets = tuple(run.uniform(run.env[v], op, mask, "a view offset") for v in op.operands[1:])
     shape = op.results[0].type.shape
+    run.box_leaves(op, base, offsets, (1,) * (len(offsets) - len(shape)) + tuple(shape), "views")
     if isinstance(base, View):
         offsets = tuple(a + b for a, b in zip(base.offsets, (0,) * base.drop + offsets))
         base = base.base
@@ -587,14 +606,11 @@ def _cp_async(run, op, mask):
                           location=op.location, fix="copy a slice of the global buffer of the shared buffer's size")
     chunk = _copy_chunk(run, op, dbase, doffs, sbase, soffs)
     data = run.collective_read(op, src, "cp.async reads", chunk=chunk)
-    lanes = run.chunk_lanes(doffs.size, dbase.itemsize, chunk)
     if run.checks:
-        problem = C.check_write(dbase, doffs, lanes, run.phase, asynchronous=True)
-        if problem:
-            run._problem(problem, op, dbase, doffs, lanes, "cp.async writes")
+        run.check_shared(op, dbase, doffs, ALL_LANES, "cp.async writes", True, asynchronous=True)
         dbase.pending[doffs] += 1
     run.collective_counts(op, dbase, doffs, chunk, True)
-    run.pending.append((dbase, doffs, data.reshape(-1), lanes))
+    run.pending.append((dbase, doffs, data.reshape(-1), op))
     return None
 
 
@@ -634,17 +650,10 @@ def _frag_store(run, op, mask):
     if offs is None:
         return None
     if isinstance(base, Shared):
-        if run.checks:
-            lanes = run.chunk_lanes(offs.size, base.itemsize, base.itemsize)
-            problem = C.check_write(base, offs, lanes, run.phase)
-            if problem:
-                run._problem(problem, op, base, offs, lanes, "frag_store writes")
-            C.mark_write(base, offs, lanes, run.phase)
-        base.data[offs] = frag.reshape(-1)
+        if run.checks:  # a collective write is every lane's (TILE-VIS-3)
+            run.check_shared(op, base, offs, ALL_LANES, "frag_store writes", True)
+        base.data[offs] = convert(frag.reshape(-1), base.dtype)  # TILE-NUM-2, as a lane store
     else:
-        if not base.mut:
-            raise KernelError(f"the kernel stores into {base.name!r}, which is not declared mut",
-                              location=op.location, fix=f"annotate it as mut, e.g. {base.name}: mut f32[m, n]")
         run.global_write(op, base, offs, convert(frag.reshape(-1), base.array.dtype),
                          run.chunk_lanes(offs.size, base.itemsize, base.itemsize))
     run.collective_counts(op, base, offs, base.itemsize, True)
@@ -709,6 +718,14 @@ def _if(run, op, mask):
     if np.ndim(cond) == 0:
         out = run.block(then_block if cond else else_block, mask)
     else:
+        if any(isinstance(r.type, TensorType) and r.type.rank for r in op.results):
+            raise KernelError("a lane-varying if cannot yield a tile-level value (buffer or fragment, "
+                              "TILE-MEM-3)", location=op.location, fix="make the condition uniform")
+        inner = _collective_in(run, op)
+        if inner is not None:
+            raise KernelError(f"'{inner.name}' is issued by the whole tile and cannot be under a lane-varying if "
+                              f"(line {op.location}; TILE-MEM-3)", location=inner.location,
+                              fix="move it out of the if, or make the condition uniform (tile ids and constants)")
         cond = cond.astype(bool)
         m_then, m_else = mask & cond, mask & ~cond
         a = run.block(then_block, m_then) if m_then.any() else None
@@ -717,15 +734,22 @@ def _if(run, op, mask):
             out = a if b is None else b
             out = out or []
         else:
-            out = []
-            for r, x, y in zip(op.results, a, b):
-                if isinstance(r.type, TensorType) and r.type.rank:
-                    raise KernelError("a lane-varying if cannot yield a tile-level value (buffer or fragment)",
-                                      location=op.location, fix="make the condition uniform")
-                out.append(np.where(cond, x, y))
+            out = [np.where(cond, x, y) for x, y in zip(a, b)]
     if not op.results:
         return None
     return out if len(op.results) != 1 else out[0]
+
+
+_COLLECTIVE = tuple(T._name(k) for k in ("cp_async", "frag_load", "frag_store", "mma"))
+
+
+def _collective_in(run, op):
+    """The first tile-collective op nested in ``op``'s regions, or None (cached per op): the
+    check does not depend on which lanes take the branches."""
+    key = ("collective", op)
+    if key not in run._cache:
+        run._cache[key] = next((o for o in op.walk() if o.name in _COLLECTIVE), None)
+    return run._cache[key]
 
 
 _HANDLERS = {T._name(k): v for k, v in {
