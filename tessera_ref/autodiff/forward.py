@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..errors import running_op_at
 from ..ops.adjoint import rule_keys
 from ..ops.values import Tracer
-from .reverse import differentiable, rule_of
+from .reverse import check_rule_output, differentiable, rule_of
 
 __all__ = ["tangents"]
 
@@ -34,11 +34,9 @@ def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
         if len(out) != len(results):
             raise AssertionError(f"the jvp rule of {op.name} returned {len(out)} tangents for {len(results)} "
                                  "results (a rule bug)")
-        for r, t in zip(op.results, out):
+        for i, (r, t) in enumerate(zip(op.results, out)):
             if t is None or not differentiable(r.type):
                 continue
-            if t.type.with_layout(None) != r.type.with_layout(None):
-                raise AssertionError(f"the jvp rule of {op.name} returned a tangent of type {t.type} for a result "
-                                     f"of type {r.type} (a rule bug)")
+            check_rule_output(op, "jvp", f"result {i}", t, Tracer(r, trace))
             tan[id(r)] = t
     return [tan.get(id(v)) for v in outputs]

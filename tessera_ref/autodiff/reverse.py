@@ -28,7 +28,8 @@ from ..ops.adjoint import derivative_seed, rule_keys, zeros
 from ..ops.typecheck import is_float
 from ..ops.values import Tracer, asarray
 
-__all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects", "sum_seed"]
+__all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects", "sum_seed",
+           "check_rule_output"]
 
 
 def differentiable(t) -> bool:
@@ -102,10 +103,13 @@ def rule_of(op, slot: str):
     return rule
 
 
-def _check_cotangent(op, index: int, ct, primal) -> None:
-    want, got = primal.type.with_layout(None), ct.type.with_layout(None)
+def check_rule_output(op, slot: str, what: str, value, like) -> None:
+    """An AssertionError (a rule bug, not a user error) when the derivative ``value`` that
+    ``op``'s ``slot`` rule returned for ``what`` (e.g. "operand 1") has another type than its
+    primal ``like`` (layouts aside)."""
+    want, got = like.type.with_layout(None), value.type.with_layout(None)
     if want != got:
-        raise AssertionError(f"the vjp rule of {op.name} returned a cotangent of type {got} for operand {index} "
+        raise AssertionError(f"the {slot} rule of {op.name} returned a derivative of type {got} for {what} "
                              f"of type {want} (a rule bug)")
 
 
@@ -136,6 +140,6 @@ def backward(trace, ops, inputs, outputs) -> list:
             for i, (v, p, ct) in enumerate(zip(op.operands, primals, out)):
                 if ct is None or id(v) not in active:
                     continue
-                _check_cotangent(op, i, ct, p)
+                check_rule_output(op, "vjp", f"operand {i}", ct, p)
                 cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, sum_seed(op.attributes, position))
     return [cts.get(id(v)) for v in inputs]

@@ -244,3 +244,17 @@ def test_autodiff_function_transforms_accept_argnums_lists_and_cache_them():
     assert f.grad([0, 1]) is f.grad((0, 1))
     gx, gy = f.grad([0, 1])(X, X)
     assert np.array_equal(np.asarray(gx), np.asarray(X)) and np.array_equal(np.asarray(gy), np.asarray(X))
+
+
+@pytest.mark.parametrize("slot", ["vjp", "jvp"])
+def test_a_rule_returning_the_wrong_type_is_reported_as_a_rule_bug(monkeypatch, slot):
+    from tessera_ref.ops import PRIMITIVES
+    wrong = {"vjp": lambda attrs, p, r, c: (op.cast(c[0], "f64"),),
+             "jvp": lambda attrs, p, t, r: (op.cast(t[0], "f64"),)}[slot]
+    monkeypatch.setattr(PRIMITIVES["tanh"], slot, wrong)
+    x = np.array([0.5, -1.0], np.float32)
+    f = lambda x: op.sum(op.tanh(x))  # noqa: E731
+    call = (lambda: tr.grad(f)(x)) if slot == "vjp" else (lambda: tr.jvp(f, (x,), (np.ones(2, np.float32),)))
+    with pytest.raises(AssertionError, match=f"the {slot} rule of tessera.graph.tanh returned a derivative of "
+                                             r"type tensor<2xf64> .* \(a rule bug\)"):
+        call()
