@@ -94,10 +94,15 @@ def _difference(a: np.ndarray, b: np.ndarray) -> str:
     return f"{differ} of {a.size} elements differ from one device, by at most {rel:.1e} of the largest |value|"
 
 
+def _global(tensors, policy) -> tuple:
+    """The global values of ``tensors``, in ``policy``, for one device."""
+    return tuple(op.cast(t.numpy(), policy) for t in tensors)
+
+
 def _one_device(fn, tensors, policy):
     """``fn`` on one device, on the global values of ``tensors``."""
     with sim.paused():
-        return np.asarray(fn(*(op.cast(t.numpy(), policy) for t in tensors)))
+        return np.asarray(fn(*_global(tensors, policy)))
 
 
 def loss_gradients(x):
@@ -113,7 +118,8 @@ def _gradient_bits(tensors, policy) -> str:
     """The mesh gradients of the block on ``tensors`` against one device's."""
     x, Wqkv, Wo = tensors
     on_mesh = loss_gradients(x)(Wqkv, Wo)
-    single = loss_gradients(op.cast(x.numpy(), policy))(*(op.cast(t.numpy(), policy) for t in (Wqkv, Wo)))
+    gx, *weights = _global(tensors, policy)
+    single = loss_gradients(gx)(*weights)
     return "; ".join(f"{name}: {_difference(g.numpy(), np.asarray(s))}"
                      for name, g, s in zip(("gWqkv", "gWo"), on_mesh, single))
 
@@ -162,10 +168,10 @@ def main(trace: str | None = None) -> int:
         result = out.numpy()
         print(f"   the block (gemm(Wo) sums over tp=9 devices' heads, then folds them in rank order): "
               f"{_difference(result, _one_device(attention_block, (x, Wqkv, Wo), 'f32'))}")
-        exact = Policy("f32", reduction="exact")
-        for policy in ("f32", exact):
-            small = _weights(mesh, policy, 4, 18, HEADS * 4, seeds=(3, 4, 5))
-            name = "reduction='exact'" if policy is exact else "canonical order"
+        small_blocks = {name: (policy, _weights(mesh, policy, 4, 18, HEADS * 4, seeds=(3, 4, 5)))
+                        for name, policy in (("canonical order", "f32"),
+                                             ("reduction='exact'", Policy("f32", reduction="exact")))}
+        for name, (policy, small) in small_blocks.items():
             print(f"   a 4 x 18 x 72 block, {name}: "
                   f"{_difference(tp_block(*small).numpy(), _one_device(attention_block, small, policy))}")
         print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): "
@@ -178,10 +184,8 @@ def main(trace: str | None = None) -> int:
     print("   " + autodiff.communication_plan(step).replace("\n", "\n   "))
     print(f"   gWqkv {gWqkv.type}, gWo {gWo.type}: the weights' layouts")
     with sim.paused():
-        for policy in ("f32", exact):
-            name = "reduction='exact'" if policy is exact else "canonical order"
-            print(f"   a 4 x 18 x 72 block, {name}: "
-                  f"{_gradient_bits(_weights(mesh, policy, 4, 18, HEADS * 4, seeds=(3, 4, 5)), policy)}")
+        for name, (policy, small) in small_blocks.items():
+            print(f"   a 4 x 18 x 72 block, {name}: {_gradient_bits(small, policy)}")
         print()
         big_mesh = dist.Mesh(axes=["tp", "pp", "dp"], devices=range(72))
         W = dist.tensor(shape=(1_000_000, 1_000_000),
