@@ -8,10 +8,8 @@ is an :class:`~tessera_ref.errors.AutodiffError` naming the op and its line.
 """
 from __future__ import annotations
 
-from ..errors import running_op_at
-from ..ops.adjoint import rule_keys
 from ..ops.values import Tracer
-from .reverse import check_rule_output, differentiable, rule_of
+from .reverse import call_rule, check_rule_output, differentiable, rule_of
 
 __all__ = ["tangents"]
 
@@ -27,13 +25,7 @@ def tangents(trace, ops, inputs, input_tangents, outputs) -> list:
         rule = rule_of(op, "jvp")
         if rule is None:
             continue
-        primals = tuple(Tracer(v, trace) for v in op.operands)
-        results = tuple(Tracer(r, trace) for r in op.results)
-        with running_op_at(op.location), rule_keys(op.attributes, position):
-            out = rule(dict(op.attributes), primals, given, results)
-        if len(out) != len(results):
-            raise AssertionError(f"the jvp rule of {op.name} returned {len(out)} tangents for {len(results)} "
-                                 "results (a rule bug)")
+        _, out = call_rule(trace, op, position, "jvp", rule, given)
         for i, (r, t) in enumerate(zip(op.results, out)):
             if t is None or not differentiable(r.type):
                 continue

@@ -29,7 +29,7 @@ from ..ops.typecheck import is_float
 from ..ops.values import Tracer, asarray
 
 __all__ = ["backward", "differentiable", "active_values", "zeros_of", "accumulate", "check_effects", "sum_seed",
-           "check_rule_output"]
+           "check_rule_output", "call_rule"]
 
 
 def differentiable(t) -> bool:
@@ -113,6 +113,24 @@ def check_rule_output(op, slot: str, what: str, value, like) -> None:
                              f"of type {want} (a rule bug)")
 
 
+def call_rule(trace, op, position: int, slot: str, rule, derivatives) -> tuple:
+    """``(primals, out)``: ``op``'s ``slot`` rule run at ``op``'s source line in its key scope
+    (:func:`~tessera_ref.ops.adjoint.rule_keys`) on tracers of its operands and results —
+    ``vjp(attrs, primals, results, cotangents)`` or ``jvp(attrs, primals, tangents, results)``,
+    ``derivatives`` being the cotangents or tangents — after checking that it returned one
+    derivative per operand (vjp) or result (jvp)."""
+    primals = tuple(Tracer(v, trace) for v in op.operands)
+    results = tuple(Tracer(r, trace) for r in op.results)
+    args = (primals, results, derivatives) if slot == "vjp" else (primals, derivatives, results)
+    with running_op_at(op.location), rule_keys(op.attributes, position):
+        out = rule(dict(op.attributes), *args)
+    want, what = (len(primals), "operands") if slot == "vjp" else (len(results), "results")
+    if len(out) != want:
+        raise AssertionError(f"the {slot} rule of {op.name} returned {len(out)} derivatives for {want} {what} "
+                             "(a rule bug)")
+    return primals, out
+
+
 def backward(trace, ops, inputs, outputs) -> list:
     """Append the backward pass of ``ops`` to ``trace``: ``outputs`` is a list of
     ``(value, cotangent)`` pairs; returns the cotangent of each input (``None``: zero)."""
@@ -128,15 +146,10 @@ def backward(trace, ops, inputs, outputs) -> list:
         rule = rule_of(op, "vjp")
         if rule is None:
             continue
-        primals = tuple(Tracer(v, trace) for v in op.operands)
-        results = tuple(Tracer(r, trace) for r in op.results)
-        with running_op_at(op.location), rule_keys(op.attributes, position):
+        with running_op_at(op.location):
             given = tuple(cts.pop(id(r), None) for r in op.results)
-            given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(results, given))
-            out = rule(dict(op.attributes), primals, results, given)
-            if len(out) != len(primals):
-                raise AssertionError(f"the vjp rule of {op.name} returned {len(out)} cotangents for "
-                                     f"{len(primals)} operands (a rule bug)")
+            given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(op.results, given))
+            primals, out = call_rule(trace, op, position, "vjp", rule, given)
             for i, (v, p, ct) in enumerate(zip(op.operands, primals, out)):
                 if ct is None or id(v) not in active:
                     continue
