@@ -25,7 +25,7 @@ from ..ir import TensorType
 from ..ir.types import SYMBOL_RE
 from .adjoint import dilate_axis, linear_jvp, pad_axis, unbroadcast, zeros_like
 from .bind import bind
-from .sharding import ShardPlan, replicated_rule, split_count
+from .sharding import ShardPlan, replicated_rule, split_count, whole
 from .primitive import Attr, Cost, define
 from .typecheck import (check_int, check_int_tuple, elementwise_cost, nbytes, normalize_axis,
                         same_element)
@@ -486,8 +486,7 @@ def _concat_shard(attrs, *xs):
     pending reductions are carried out first. Padded operands are gathered whole."""
     if any(x.layout.padded for x in xs):
         return replicated_rule(attrs, *xs)
-    lay = xs[0].layout.replace(dims=tuple(() if d == attrs["axis"] else axes
-                                          for d, axes in enumerate(xs[0].layout.dims)), partial=())
+    lay = whole(xs[0].layout, (attrs["axis"],))
     return ShardPlan((lay,) * len(xs), (lay,))
 
 
@@ -525,7 +524,7 @@ def _split_vjp(attrs, primals, results, cts):
 def _split_shard(attrs, x):
     """MESH-SHARD-9: ``axis`` made whole; the other dimensions keep their splits, and every
     part takes them; a pending reduction stays pending (the parts move elements)."""
-    lay = x.layout.replace(dims=tuple(() if d == attrs["axis"] else axes for d, axes in enumerate(x.layout.dims)))
+    lay = x.layout.replace(dims=whole(x.layout, (attrs["axis"],)).dims)
     return ShardPlan((lay,), (lay,) * len(attrs["sizes"]))
 
 
