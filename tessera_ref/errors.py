@@ -193,3 +193,7 @@ class LoweringError(TesseraError, ValueError):
 class AutotuneError(TesseraError, ValueError):
     """An autotuning sweep could not run: an empty space, or every configuration rejected
     (the message lists each configuration's reason)."""
+
+
+class BackendError(TesseraError, RuntimeError):
+    """An unknown or broken backend, or an executor that cannot run what it was given."""

@@ -2,7 +2,7 @@
 
 A transform called with concrete values traces its body — the user's function and the
 derivative ops the transform adds — into a fresh ``tessera.func``, then runs it in the exact
-interpreter (tensors) or on the simulated mesh (distributed tensors), like ``jit`` does.
+interpreter (tensors) or on the simulated mesh (distributed tensors) — on the current backend, like ``jit`` does.
 Called inside another trace (``jit(grad(f))``, ``grad(grad(f))``) it records into that trace
 instead (:func:`in_trace`), so the derivative ops become part of the enclosing program.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import context
 from ..errors import OpError
-from ..interp.graph import run_function
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
@@ -134,9 +134,9 @@ def run(program: Program, tensors) -> list:
     """Run ``program`` on the tensors of :func:`record` (and its captures); returns values."""
     args = [t for t in tensors if t is not None] + [x for x, _ in program.captures]
     func = program.func
+    backend = context.backend()
     if program.mesh is not None:
-        from ..dist import run_sharded
-        return run_sharded(func, program.mesh, *args)
-    values = run_function(func, *[a.data for a in args])
+        return backend.run_function(func, args)
+    values = backend.run_function(func, [a.data for a in args])
     returned = func.regions[0].blocks[0].last_op.operands
     return [Array(v, r.type) for v, r in zip(values, returned)]

@@ -16,7 +16,8 @@ from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError
 from ..ops.collective import all_gather, all_reduce, all_to_all, reduce_scatter
 from ..ops.collective import collective_permute as permute
 from .collectives import REDUCE_OPS, broadcast, check_pending, recv, send
-from .interp import run_sharded  # importing it registers DistTensor with the op dispatcher
+from .events import listen
+from .execute import run_sharded  # importing it registers DistTensor with the op dispatcher
 from .mesh import Mesh, default_shape, mesh
 from .redistribute import plan as redistribution_plan
 from .redistribute import redistribute
@@ -29,5 +30,5 @@ collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduc
 
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
-           "all_to_all", "permute", "send", "recv", "check_pending", "collective", "REDUCE_OPS", "run_sharded",
+           "all_to_all", "permute", "send", "recv", "check_pending", "collective", "REDUCE_OPS", "run_sharded", "listen",
            "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]

@@ -28,7 +28,6 @@ without a matching send is an error at once, and :func:`check_pending` reports s
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import warnings
@@ -36,12 +35,13 @@ from collections import defaultdict, deque
 
 import numpy as np
 
+from .. import context, sim
 from ..errors import _PACKAGE_DIR, CollectiveError, CollectiveWarning, LayoutError
 from ..ir import TensorType
 from ..numerics import ExactAccumulator, cast
-from ..numerics.arith import accum_op, to_accum
-from ..numerics.reduce import divide_by_count, extreme_last_axis
-from .. import sim
+from ..numerics.arith import to_accum
+from ..numerics.reduce import divide_by_count
+from . import events
 from .mesh import Mesh
 from .tensor import DistTensor, local_shape
 
@@ -98,63 +98,30 @@ def _new(x: DistTensor, layout, local, shape=None) -> DistTensor:
 
 
 def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) -> None:
-    """Tell the active simulated machine about the collective (cost and timeline)."""
-    machine = sim.current()
-    if machine is None:
-        return
+    """Tell the listeners (the active simulated machine) about the collective."""
     groups = [tuple(x.mesh.devices[d] for d in g) for g in x.mesh.groups(axes)]  # by name: sub-meshes too
-    machine.record_collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes,
-                              axis="+".join(axes))
+    events.collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes))
 
 
-def _mesh_positions(mesh: Mesh, axes) -> list:
-    return [mesh.axis_index(a) for a in axes]
-
-
-def _expand(local: np.ndarray, mesh: Mesh, axes) -> np.ndarray:
-    """``local`` broadcast to full size along the given mesh axes."""
-    shape = list(local.shape)
-    for i in _mesh_positions(mesh, axes):
-        shape[i] = mesh.shape[i]
-    return np.broadcast_to(local, tuple(shape))
+def _comm(x: DistTensor):
+    """The current backend's communicator for ``x``'s mesh (the transport, DESIGN §14)."""
+    return context.backend().communicator(x.mesh)
 
 
 # ---------------------------------------------------------------------------------------------
 # reductions (NUM-RED-3 / NUM-RED-4)
 
-def _fold(values: np.ndarray, op: str, policy) -> np.ndarray:
-    """Fold axis 0 of ``values`` (one entry per rank, ascending) with ``op`` in the accum format,
-    then convert once into storage. Collectives take no random key yet, so a policy that
-    rounds stochastically is refused (MESH-COLL-1)."""
-    accum = policy.accum
-    if policy.rounding == "stochastic":
+def _reduce_axes(x: DistTensor, axes: tuple, op: str):
+    """The stacked local values with the pending reduction over ``axes`` carried out: the ranks
+    of each group folded in ascending order in the accum format, rounded once (MESH-COLL-1).
+    Collectives take no random key yet, so a policy that rounds stochastically is refused."""
+    policy = x.policy
+    if policy.rounding == "stochastic" and not isinstance(x.local, ExactAccumulator):
         raise CollectiveError(f"folding a pending {op} of {policy} rounds stochastically into storage, which "
                               "needs a random key, and collectives take none yet",
                               fix="reduce in a policy that rounds to nearest (cast the partial sums first), or "
                                   "keep the reduced dimension whole so that the op rounds with its own seed")
-    if policy.reduction == "exact" and op == "sum":
-        acc = ExactAccumulator(values.shape[1:], "f64" if policy.storage.name == "f64" else "f32")
-        return acc.add(values, axis=0).round(policy.storage, rounding=policy.rounding, overflow=policy.overflow)
-    with np.errstate(all="ignore"):
-        if op in ("max", "min"):
-            acc = extreme_last_axis(np.moveaxis(to_accum(values, accum), 0, -1), op)
-        else:
-            acc = to_accum(values[0], accum)
-            for g in range(1, values.shape[0]):
-                acc = accum_op("add" if op == "sum" else "mul", acc, values[g], accum=accum)
-    return cast(acc, policy.storage, rounding=policy.rounding, overflow=policy.overflow)
-
-
-def _reduce_axes(x: DistTensor, axes: tuple, op: str):
-    """The stacked local values with the pending reduction over ``axes`` carried out."""
-    local, mesh = x.local, x.mesh
-    positions = sorted(_mesh_positions(mesh, axes))
-    if isinstance(local, ExactAccumulator):
-        return local.sum_axes(tuple(positions))
-    moved = np.moveaxis(_expand(local, mesh, axes), positions, list(range(len(positions))))
-    group = math.prod(moved.shape[:len(positions)])
-    folded = _fold(moved.reshape((group,) + moved.shape[len(positions):]), op, x.policy)
-    return np.expand_dims(folded, tuple(positions))
+    return _comm(x).reduce(x.local, axes, op, policy)
 
 
 def fold_partial(x: DistTensor) -> np.ndarray:
@@ -242,10 +209,8 @@ def _gather_dim(x: DistTensor, local, axis: str, dim: int):
     if local is None:
         return new_layout, None
     _require_rounded(x, local, f"all_gather over {axis!r}")
-    i, m = mesh.axis_index(axis), mesh.ndim
-    moved = np.moveaxis(local, i, m + dim - 1)  # mesh axis i now sits just before the dimension
-    merged = moved.reshape(moved.shape[:m + dim - 1] + (-1,) + moved.shape[m + dim + 1:])
-    merged = np.expand_dims(merged, i)
+    m = mesh.ndim
+    merged = _comm(x).all_gather(local, axis, dim)
     if not new_layout.dims[dim] and merged.shape[m + dim] != x.shape[dim]:  # whole again: drop padding
         merged = np.take(merged, np.arange(x.shape[dim]), axis=m + dim)
     return new_layout, merged
@@ -345,9 +310,8 @@ def broadcast(x, axis, root: int = 0) -> DistTensor:
     if axis not in lay.varying_axes:
         return x
     _record("broadcast", x, (axis,))
-    i = x.mesh.axis_index(axis)
     _require_rounded(x, x.local, f"broadcast over {axis!r}")
-    local = None if x.local is None else np.take(x.local, [root], axis=i)
+    local = None if x.local is None else _comm(x).broadcast(x.local, axis, root)
     if axis in lay.partial:
         return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a != axis)), local)
     d = lay.dim_of(axis)
@@ -409,13 +373,7 @@ def permute(x, axis, perm) -> DistTensor:
     if x.local is None:
         return _new(x, x.layout, None)
     _require_rounded(x, x.local, f"permute over {axis!r}")
-    i = x.mesh.axis_index(axis)
-    src = _expand(x.local, x.mesh, (axis,))
-    out = np.zeros(src.shape, dtype=src.dtype)
-    for s, d in pairs:
-        index_d = (slice(None),) * i + (d,)
-        index_s = (slice(None),) * i + (s,)
-        out[index_d] = src[index_s]
+    out = _comm(x).permute(x.local, axis, pairs)
     lay = x.layout
     if axis not in lay.varying_axes:
         # values now vary along the axis: record that as a split of a new leading view is not
@@ -455,9 +413,7 @@ def send(x, dst: Mesh, *, tag: int = 0) -> None:
     if set(dst.devices) & set(x.mesh.devices):
         raise CollectiveError(f"send from {x.mesh!r} to {dst!r}: the sub-meshes share devices",
                               fix="send between disjoint sub-meshes")
-    machine = sim.current()
-    if machine is not None:
-        machine.record_transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device)
+    events.transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device)
     _MAILBOX[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append(x)
 
 

@@ -28,7 +28,8 @@ from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Tracer, asarray, current_trace, is_weak_scalar
-from .. import sim
+from .. import context
+from . import events
 from .redistribute import plan, redistribute
 from .tensor import DistTensor, local_shape, stack_shape
 
@@ -104,15 +105,16 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
                 return [acc]
         types = [TensorType(v.shape, x.type.policy) for v, x in zip(xs, moved)]
         local_out = prim.infer_types(attrs, tuple(types), location)
-        return list(prim.run(Call(prim, attrs, tuple(types), local_out, location), *[x for x in xs]))
+        return list(context.backend().run_op(Call(prim, attrs, tuple(types), local_out, location), *xs))
     grid = np.broadcast_shapes(*[x.local.shape[:m] for x in moved])
     local_in = tuple(TensorType(x.local.shape[m:], x.type.policy) for x in moved)
     local_out = prim.infer_types(attrs, local_in, location)
     call = Call(prim, attrs, local_in, local_out, location)
     outs = [np.empty(grid + t.shape, dtype=t.dtype) for t in local_out]
+    backend = context.backend()
     for index in np.ndindex(*grid):
         args = [x.local[tuple(i if s > 1 else 0 for i, s in zip(index, x.local.shape[:m]))] for x in moved]
-        for out, r in zip(outs, prim.run(call, *args)):
+        for out, r in zip(outs, backend.run_op(call, *args)):
             out[index] = r
     return outs
 
@@ -127,15 +129,14 @@ def _local_types(moved) -> tuple:
 
 
 def _record_compute(prim, attrs, moved, out_types, layouts, location) -> None:
-    machine = sim.current()
-    if machine is None:
+    if not events.listeners():
         return
     mesh = moved[0].mesh
     local_in = _local_types(moved)
     local_out = tuple(TensorType(local_shape(t.shape, lay, mesh), t.policy) for t, lay in zip(out_types, layouts))
     cost = prim.cost(Call(prim, attrs, local_in, local_out, location))
-    machine.record_compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
-                           if local_out[0].element_kind is None else "f32", location=location)
+    events.compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
+                   if local_out[0].element_kind is None else "f32", location=location)
 
 
 def _movers() -> dict:

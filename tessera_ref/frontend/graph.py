@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import functools
 
+from .. import context
 from ..errors import OpError, TraceError, user_location
-from ..interp.graph import run_function
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
+from ..ir.levels import LEVELS
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
@@ -49,13 +50,14 @@ class TracedModule:
 class GraphFunction:
     """A Python function traced to Graph IR on first call per signature (see the module docstring)."""
 
-    def __init__(self, fn, name: str | None = None, *, rewrite: bool = True):
+    def __init__(self, fn, name: str | None = None, *, rewrite: bool = True, backend=None):
         if not callable(fn):
             raise OpError(f"graph.module / jit decorate a function, got {fn!r}",
                           fix="put the decorator on a def")
         self.fn = fn
         self.name = name or fn.__name__
         self.rewrite = rewrite
+        self.backend = backend
         self.cache: dict = {}
         self._last: TracedModule | None = None
         functools.update_wrapper(self, fn)
@@ -134,12 +136,11 @@ class GraphFunction:
         key, tensors = self._signature(args)
         entry = self._traced(key, args, tensors)
         present = [t for t in tensors if t is not None]
-        dist_args = [t for t in present if _is_dist(t)]
-        if dist_args:
-            from ..dist import run_sharded
-            results = run_sharded(entry.func, dist_args[0].mesh, *present)
+        backend = context.backend(self.backend)
+        if any(_is_dist(t) for t in present):
+            results = backend.run_function(entry.func, present)
         else:
-            values = run_function(entry.func, *[t.data for t in present])
+            values = backend.run_function(entry.func, [t.data for t in present])
             results = [Array(v, r.type) for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
         if entry.structure is None:
             return results[0]
@@ -155,7 +156,6 @@ class GraphFunction:
         labelled as not yet compiled. At ``"tile"`` and ``"target"`` an op without a tile
         lowering is a :class:`~tessera_ref.errors.LoweringError` naming the op and its source line.
         """
-        from ..lowering.pipeline import LEVELS, inspect_graph
         if level != "graph" and level not in LEVELS:
             raise OpError(f"inspect_ir: unknown IR level {level!r}", fix=f"use one of graph, {', '.join(LEVELS)}")
         if level != "graph" and not optimized:
@@ -167,22 +167,24 @@ class GraphFunction:
         if level == "graph":
             return str(self._last.optimized if optimized else self._last.traced)
         from .schedule import schedule
-        return inspect_graph(self._last.optimized, level, schedule.defaults())
+        return context.backend(self.backend).inspect(self._last.optimized, level, schedule.defaults())
 
 
 def _is_dist(x) -> bool:
     return type(x).__name__ == "DistTensor" and hasattr(x, "mesh")
 
 
-def module(name: str | None = None, *, rewrite: bool = True):
-    """``@graph.module("attention")``: trace the function into a Graph IR module called ``name``."""
+def module(name: str | None = None, *, rewrite: bool = True, backend=None):
+    """``@graph.module("attention")``: trace the function into a Graph IR module called ``name``
+    (``backend=``: run it there rather than on the current backend)."""
     if callable(name):
-        return GraphFunction(name, rewrite=rewrite)
-    return lambda fn: GraphFunction(fn, name, rewrite=rewrite)
+        return GraphFunction(name, rewrite=rewrite, backend=backend)
+    return lambda fn: GraphFunction(fn, name, rewrite=rewrite, backend=backend)
 
 
-def jit(fn=None, *, rewrite: bool = True):
-    """``@jit``: trace the function once per signature and run the cached Graph IR."""
+def jit(fn=None, *, rewrite: bool = True, backend=None):
+    """``@jit``: trace the function once per signature and run the cached Graph IR on
+    ``backend`` (a name or Backend object), or on the current backend when None."""
     if fn is None:
-        return lambda f: GraphFunction(f, rewrite=rewrite)
-    return GraphFunction(fn, rewrite=rewrite)
+        return lambda f: GraphFunction(f, rewrite=rewrite, backend=backend)
+    return GraphFunction(fn, rewrite=rewrite, backend=backend)

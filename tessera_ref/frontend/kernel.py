@@ -41,8 +41,10 @@ import itertools
 import os
 import textwrap
 
+from .. import context
 from ..errors import KernelError, TesseraError
 from ..ir import tile as T
+from ..ir.launch import Launch
 from ..ir.types import IndexType, ScalarType, TensorType
 from ..numerics import get_format
 from .tile_api import Size
@@ -653,7 +655,7 @@ class Kernel:
     """A tile kernel: its Tile IR module and how to launch it (TILE-FE-1).
 
     ``k(*args, grid=..., lanes=128, checks=True, counters=True, preset="H100",
-    on_error="raise")`` runs it in the tile interpreter on NumPy arrays (``mut`` buffers
+    on_error="raise")`` launches it on the current backend (the tile interpreter on ``interp``) on NumPy arrays (``mut`` buffers
     are updated in place) and returns the :class:`~tessera_ref.interp.tile.TileReport`.
     """
 
@@ -684,14 +686,12 @@ class Kernel:
 
     def __call__(self, *args, grid=1, lanes=128, checks=True, counters=True, preset="H100",
                  on_error="raise", **kwargs):
-        from ..interp.tile import run
-
         if kwargs:
             names = list(self.module.body.first_op.attributes["tile.params"])
             args = dict(zip(names, args))
             args.update(kwargs)
-        return run(self.module, args, grid=grid, lanes=lanes, checks=checks, counters=counters,
-                   preset=preset, on_error=on_error)
+        return context.backend().launch(Launch(self.module, None, grid, lanes, args, checks, counters, preset,
+                                               on_error))
 
     def __repr__(self) -> str:
         return f"<tessera kernel {self.name} from {self.filename}:{self._offset + self._ast.lineno}>"
@@ -718,8 +718,7 @@ class AutotunedKernel:
     def tune(self, problem: dict, preset="H100", **options):
         """Sweep the space with the cost model: ``autotune_kernel(variants, problem, preset,
         **options)`` (``problem = dict(args=..., grid=..., lanes=...)``)."""
-        from ..lowering.autotune import autotune_kernel
-        return autotune_kernel(self.variants(), problem, preset, **options)
+        return context.backend().autotune(self.variants(), problem, preset, **options)
 
     def inspect_ir(self, level: str = "tile") -> str:
         """The IR of the space's first configuration."""

@@ -21,7 +21,7 @@ IR shows each staged operand as
 
 ``@op.kernel`` traces the function like :func:`~tessera_ref.jit` (once per argument
 signature), applies the directives, lowers Graph IR -> Schedule IR -> Tile IR
-(:mod:`tessera_ref.lowering`) and runs the tile kernels in the tile interpreter. Outputs are
+(:mod:`tessera_ref.lowering`) and runs the tile kernels on the current backend. Outputs are
 the returned values and the parameters assigned whole (``C[:] = A + B``, seed 003), which are
 also written back into the caller's array when it is a writable NumPy array.
 """
@@ -33,6 +33,7 @@ import functools
 
 import numpy as np
 
+from .. import context
 from ..errors import KernelError, TraceError
 from ..ops.values import Array, Trace, Tracer, asarray
 
@@ -158,8 +159,7 @@ class _Traced:
     @property
     def program(self):
         if self._program is None:
-            from ..lowering import lower
-            self._program = lower(self.module, self.directives)
+            self._program = context.backend().lower(self.module, self.directives)
         return self._program
 
 
@@ -208,7 +208,7 @@ class ScheduledKernel:
     def __call__(self, *args, checks: bool = True, preset: str = "H100"):
         entry = self.trace(*args)
         arrays = [np.asarray(asarray(a).data) for a in args]
-        results, self.reports = entry.program.run(*arrays, checks=checks, preset=preset)
+        results, self.reports = context.backend().run_program(entry.program, arrays, checks=checks, preset=preset)
         func = entry.module.body.first_op
         types = [v.type for v in func.regions[0].entry.last_op.operands]
         for index, value in zip(entry.assigned_params, results[entry.outputs:]):
@@ -219,9 +219,9 @@ class ScheduledKernel:
 
     def reference(self, *args):
         """The Graph IR interpreter's results for ``args`` (what the kernels must reproduce)."""
-        from ..interp.graph import run_function
         entry = self.trace(*args)
-        return run_function(entry.module.body.first_op, *[np.asarray(asarray(a).data) for a in args])
+        return context.backend("interp").run_function(entry.module.body.first_op,
+                                                      [np.asarray(asarray(a).data) for a in args])
 
     def inspect_ir(self, level: str = "tile") -> str:
         """The most recent trace at ``level``: ``"graph"``, ``"schedule"``, ``"tile"`` or ``"target"``."""
@@ -230,8 +230,7 @@ class ScheduledKernel:
                              fix=f"call it once, or {self.name}.trace(*example_args)")
         if level == "graph":
             return str(self._last.module)
-        from ..lowering import inspect
-        return inspect(self._last.program, level)
+        return context.backend().inspect_program(self._last.program, level)
 
     def __repr__(self) -> str:
         return f"<tessera op.kernel {self.name!r}>"

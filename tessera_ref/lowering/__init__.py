@@ -3,7 +3,7 @@
 - :func:`graph_to_schedule` wraps each op with a tile lowering in a scheduled kernel
   (:mod:`tessera_ref.ir.schedule`) whose attributes say how it is tiled;
 - :func:`schedule_to_tile` turns each scheduled kernel into a Tile IR kernel and returns a
-  :class:`LoweredProgram` that runs them in the tile interpreter;
+  :class:`LoweredProgram` that the current backend runs (the tile interpreter on ``interp``);
 - :func:`lower` does both; :func:`inspect` prints one level (``"schedule"``, ``"tile"``,
   ``"target"``) of a lowered program, :func:`inspect_graph` of a Graph IR module;
   :func:`run_schedule` executes Schedule IR with Graph IR semantics;

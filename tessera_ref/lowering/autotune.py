@@ -29,10 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import context
 from ..errors import AutotuneError, TesseraError
 from ..ir import Module, Operation
 from ..ir import schedule as S
 from ..ir import tile as T
+from ..ir.launch import Launch
 from ..numerics import get_format
 from ..sim.presets import get_preset
 from .cost import kernel_cost
@@ -194,8 +196,7 @@ def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = 
     """Pick the fastest of ``variants`` (``[(config, kernel or Tile IR module)]``) on ``problem``
     (``dict(args=..., grid=..., lanes=...)``, grid/lanes values or callables of the config;
     optional ``key``); see the module docstring."""
-    from ..interp.tile import run
-
+    oracle = context.backend("interp")  # the ranking is the interpreter's counters and roofline
     variants = list(variants)
     if not variants:
         raise AutotuneError("autotune_kernel got no variants", fix="give the space at least one configuration")
@@ -218,8 +219,9 @@ def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = 
         if smem > limit:
             raise Rejected(f"needs {smem:,} B of shared memory per block, over the {limit:,} B limit")
         try:
-            report = run(module, _copy_args(problem["args"]), grid=pick(problem["grid"], config),
-                         lanes=pick(problem.get("lanes", 128), config), checks=False, counters=True, preset=preset)
+            report = oracle.launch(Launch(module, None, pick(problem["grid"], config),
+                                          pick(problem.get("lanes", 128), config), _copy_args(problem["args"]),
+                                          checks=False, counters=True, preset=preset))
         except TesseraError as exc:
             raise Rejected(f"{type(exc).__name__}: {exc}") from None
         c = report.counters

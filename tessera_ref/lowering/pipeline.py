@@ -1,14 +1,18 @@
 """The lowering pipeline in one call, and the IR views ``inspect_ir`` shows."""
 from __future__ import annotations
 
+import numpy as np
+
+from .. import context
 from ..errors import LoweringError
+from ..ir import schedule as S
+from ..ir.levels import LEVELS
+from ..ops.execute import call_of, evaluate
 from .graph_to_schedule import graph_to_schedule
 from .schedule_to_tile import LoweredProgram, schedule_to_tile
 
 __all__ = ["lower", "inspect", "inspect_graph", "run_schedule", "LEVELS"]
 
-#: The IR levels below Graph IR that :func:`inspect` prints.
-LEVELS = ("schedule", "tile", "target")
 
 
 def lower(graph, directives: dict | None = None, *, per_op: dict | None = None) -> LoweredProgram:
@@ -17,38 +21,22 @@ def lower(graph, directives: dict | None = None, *, per_op: dict | None = None) 
 
 
 def run_schedule(schedule, *arrays) -> list:
-    """Execute a Schedule IR module's function with the Graph IR interpreter's semantics
-    (SCHED-IR-2): a kernel runs the Graph IR ops of its region on its operands, ``prefetch``
-    is the identity. Returns the function's results (storage-dtype arrays)."""
-    import numpy as np
+    """Execute a Schedule IR module's function with the Graph IR semantics (SCHED-IR-2) on the
+    current backend, through the one execution loop: a kernel runs the Graph IR ops of its
+    region on its operands, ``prefetch`` is the identity. Returns the function's results
+    (storage-dtype arrays)."""
+    backend = context.backend()
 
-    from ..ir import schedule as S
-    from ..ops import primitive_of
-    from ..ops.primitive import Call
+    def step(op, values):
+        if op.name == S.PREFETCH:
+            return values
+        if op.name == S.KERNEL:
+            inner = op.regions[0].entry
+            return evaluate(inner, dict(zip(inner.args, values)), step)
+        return backend.run_op(call_of(op), *values)
 
-    def run_block(block, env):
-        for op in block:
-            if op.name in ("tessera.return", S.YIELD):
-                return [env[v] for v in op.operands]
-            if op.name == S.PREFETCH:
-                env[op.results[0]] = env[op.operands[0]]
-                continue
-            if op.name == S.KERNEL:
-                inner = op.regions[0].entry
-                values = run_block(inner, {**env, **dict(zip(inner.args, (env[v] for v in op.operands)))})
-            else:
-                prim = primitive_of(op)
-                if prim is None:
-                    raise LoweringError(f"no Graph IR rule for '{op.name}'", location=op.location)
-                call = Call(prim, op.attributes, tuple(v.type for v in op.operands),
-                            tuple(r.type for r in op.results), op.location)
-                values = prim.run(call, *[env[v] for v in op.operands])
-            env.update(zip(op.results, values))
-        raise LoweringError("a Schedule IR block ends without a terminator")
-
-    func = schedule.body.first_op
-    entry = func.regions[0].entry
-    return run_block(entry, dict(zip(entry.args, (np.asarray(a) for a in arrays))))
+    entry = schedule.body.first_op.regions[0].entry
+    return evaluate(entry, dict(zip(entry.args, (np.asarray(a) for a in arrays))), step)
 
 
 def inspect(program: LoweredProgram, level: str) -> str:

@@ -1,4 +1,4 @@
-"""Schedule IR -> Tile IR, and running the lowered program in the tile interpreter.
+"""Schedule IR -> Tile IR, and the lowered program the backends run.
 
 :func:`schedule_to_tile` lowers every ``tessera.schedule.kernel`` of a Schedule IR function
 with its family's template (:mod:`.tile_matmul`, :mod:`.tile_rows`,
@@ -8,23 +8,20 @@ with its family's template (:mod:`.tile_matmul`, :mod:`.tile_rows`,
 other op without a tile lowering is a :class:`~tessera_ref.errors.LoweringError`.
 
 :class:`LoweredProgram` runs the host program: constants, then each kernel in order on
-fresh output buffers, then the function's results — every kernel in the tile interpreter
-(:func:`tessera_ref.interp.tile.run`), with its checkers and counters.
+fresh output buffers, then the function's results — each kernel launched by the current
+backend (BACKEND-PROGRAM-1; on ``interp``, the tile interpreter with its checkers and counters).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from .. import context
 from ..errors import LoweringError
 from ..ir import Module, Operation
 from ..ir import schedule as S
 from ..ir.builtin import FUNC, RETURN
 from ..ir.verifier import verify
-from ..ops import primitive_of
-from ..ops.primitive import Call
 from .graph_to_schedule import family_of
 from .plan import KernelPlan, the_op
 from .tile_attention import lower_attention
@@ -51,28 +48,10 @@ class LoweredProgram:
     steps: list = field(default_factory=list)  # (op, KernelPlan | None) in program order
 
     def run(self, *arrays, checks: bool = False, counters: bool = True, preset: str = "H100") -> tuple:
-        """Run on NumPy arrays of the function's argument types; returns ``(results, reports)``
-        with one :class:`~tessera_ref.interp.tile.TileReport` per kernel launch."""
-        from ..interp.tile import run
-
-        block = self.func.regions[0].entry
-        env = {arg: np.ascontiguousarray(a) for arg, a in zip(block.args, arrays)}
-        reports = []
-        for op, plan in self.steps:
-            if plan is None:
-                prim = primitive_of(op)
-                call = Call(prim, op.attributes, (), tuple(r.type for r in op.results), op.location)
-                for res, value in zip(op.results, prim.run(call)):
-                    env[res] = value
-                continue
-            args = [np.ascontiguousarray(env[v]).reshape(shape) for v, shape in zip(op.operands, plan.in_shapes)]
-            outs = [np.zeros(shape, dtype=r.type.dtype) for shape, r in zip(plan.out_shapes, op.results)]
-            reports.append(run(self.tile, args + outs, grid=plan.grid, lanes=plan.lanes, checks=checks,
-                               counters=counters, preset=preset, func=plan.func.attributes["sym_name"]))
-            for res, out in zip(op.results, outs):
-                env[res] = out.reshape(res.type.shape)
-        results = [env[v] for v in block.last_op.operands]
-        return results, reports
+        """Run on NumPy arrays of the function's argument types on the current backend
+        (:meth:`~tessera_ref.backends.Backend.run_program`); returns ``(results, reports)`` with
+        one report per kernel launch (a :class:`~tessera_ref.interp.tile.TileReport` on ``interp``)."""
+        return context.backend().run_program(self, arrays, checks=checks, counters=counters, preset=preset)
 
 
 def _lower_kernel(kop: Operation, name: str) -> KernelPlan:

@@ -8,12 +8,13 @@ Every ``op.*`` function is a thin, documented wrapper around ``bind(PRIMITIVE, *
 3. turns operands into typed values — :class:`~tessera_ref.ops.values.Array` and NumPy data
    as they are, Python scalars by the weak-typing rule of :mod:`~tessera_ref.ops.values`;
 4. infers the result types (errors name the line and every operand type);
-5. eagerly: runs ``impl`` and returns Arrays; while tracing (some operand is a
+5. eagerly: runs the op on the current backend (``impl`` on ``interp``) and returns Arrays; while tracing (some operand is a
    :class:`~tessera_ref.ops.values.Tracer`, or a trace is active): appends the op to the
    trace and returns Tracers.
 """
 from __future__ import annotations
 
+from .. import context
 from ..errors import user_location
 from ..ir.types import ElementKind
 from .primitive import Call, Primitive
@@ -67,7 +68,8 @@ def bind(prim: Primitive, *operands, **attrs):
         in_types = tuple(a.type for a in arrays)
         out_types = prim.infer_types(attrs, in_types, location)
         call = Call(prim, attrs, in_types, out_types, location)
-        results = [Array(v, t) for v, t in zip(prim.run(call, *[a.data for a in arrays]), out_types)]
+        values = context.backend().run_op(call, *[a.data for a in arrays])
+        results = [Array(v, t) for v, t in zip(values, out_types)]
     else:
         values = [trace.value_of(x, weak) for x in operands]
         in_types = tuple(v.type for v in values)

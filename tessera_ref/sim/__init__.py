@@ -10,7 +10,7 @@ and a text report. ``with sim.use(machine):`` makes a machine current; the simul
 ``sim.machine`` is the convenience function :func:`~tessera_ref.sim.active.machine` (it
 shadows the submodule of the same name as an attribute; import ``Machine`` from the package).
 """
-from .active import current, last_used, machine, paused, report, use
+from .active import current, is_paused, last_used, machine, paused, report, use
 from .collectives import ALGORITHMS, CollectiveCost, alpha_beta, collective_cost, tier_of
 from .machine import Machine
 from .memory import WARN_FRACTION, Allocation, MemoryAccountant
@@ -19,7 +19,7 @@ from .roofline import Roofline, peak_key, roofline
 from .timeline import Event, Timeline
 
 __all__ = [
-    "Machine", "use", "current", "paused", "report", "machine", "last_used",
+    "Machine", "use", "current", "paused", "is_paused", "report", "machine", "last_used",
     "Preset", "Link", "MemoryTier", "PRESETS", "get_preset", "presets_table", "preset_card",
     "MemoryAccountant", "Allocation", "WARN_FRACTION",
     "ALGORITHMS", "CollectiveCost", "alpha_beta", "collective_cost", "tier_of",

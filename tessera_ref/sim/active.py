@@ -12,7 +12,7 @@ import contextlib
 from ..errors import SimError
 from .machine import Machine
 
-__all__ = ["use", "current", "paused", "report", "machine", "last_used"]
+__all__ = ["use", "current", "paused", "is_paused", "report", "machine", "last_used"]
 
 _stack: list = []
 _paused = 0
@@ -49,6 +49,11 @@ def paused():
         yield
     finally:
         _paused -= 1
+
+
+def is_paused() -> bool:
+    """True inside ``with sim.paused():``."""
+    return _paused > 0
 
 
 def last_used() -> Machine | None:

@@ -17,7 +17,7 @@ import pytest
 from adjoint_cases import (CASES, MESH_ONLY, Case, R, call, case, finite_difference, full_attrs, inner,
                            random_like, rng)
 
-from tessera_ref.interp.graph import run_function
+from tessera_ref.interp import run_function
 from tessera_ref.ir.verifier import verify
 from tessera_ref.ops import NOT_DIFFERENTIABLE, PRIMITIVES, Trace, asarray, bind
 

@@ -1,0 +1,65 @@
+"""One op of a sharded Graph IR function on the simulated mesh (MESH-SHARD-2).
+
+A function traced with distributed arguments carries layouts in its types and collective ops
+where its ops needed other layouts (:func:`~tessera_ref.dist.propagate.trace_apply`). The
+backends run it through the one execution loop (:func:`tessera_ref.ops.execute.evaluate`)
+with :func:`sharded_step`: collective ops move data (:mod:`tessera_ref.dist.collectives`),
+every other op runs by its sharding rule (:func:`~tessera_ref.dist.propagate.apply`, which
+finds its operands already in place). Each result's layout is checked against the IR type,
+so the text ``inspect_ir`` shows is exactly what ran.
+"""
+from __future__ import annotations
+
+from .. import context
+from ..errors import LayoutError, running_op_at
+from ..ir import Operation, ShardLayout, TensorType
+from ..ops.execute import call_of
+from ..ops.primitive import Call
+from .mesh import Mesh
+from .propagate import apply
+from .tensor import DistTensor
+
+__all__ = ["check_sharded_arguments", "sharded_step", "run_sharded"]
+
+
+def check_sharded_arguments(func: Operation, mesh: Mesh, args) -> None:
+    """A :class:`LayoutError` unless ``args`` are DistTensors of the parameter types on ``mesh``."""
+    params = func.regions[0].entry.args
+    name = func.attributes["sym_name"]
+    if len(args) != len(params):
+        raise LayoutError(f"@{name} takes {len(params)} argument(s), got {len(args)}",
+                          fix="pass one distributed tensor per parameter")
+    for i, (param, value) in enumerate(zip(params, args)):
+        if not isinstance(value, DistTensor) or value.type != param.type or value.mesh != mesh:
+            got = value.type if isinstance(value, DistTensor) else type(value).__name__
+            raise LayoutError(f"@{name} argument {i}: expected {param.type} on {mesh!r}, got {got}",
+                              fix="pass distributed tensors of the traced types (or call the function again to retrace)")
+
+
+def _constant(op: Operation, mesh: Mesh) -> DistTensor:
+    ty: TensorType = op.results[0].type
+    call = Call(call_of(op).primitive, op.attributes, (), (ty.with_layout(None),), op.location)
+    (value,) = context.backend().run_op(call)
+    layout = ty.layout or ShardLayout.replicated(ty.rank)
+    return DistTensor(ty.with_layout(layout), mesh, value.reshape((1,) * mesh.ndim + value.shape))
+
+
+def sharded_step(op: Operation, values: list, mesh: Mesh) -> tuple:
+    """The results of ``op`` on the DistTensors ``values`` (the mesh interpreter's step)."""
+    prim = call_of(op).primitive
+    if prim.name == "constant":
+        return (_constant(op, mesh),)
+    with running_op_at(op.location):
+        out = apply(prim, values, dict(op.attributes), op.location)
+    out = out if isinstance(out, tuple) else (out,)
+    for result, value in zip(op.results, out):
+        want = result.type.layout or ShardLayout.replicated(result.type.rank)
+        if value.layout != want:
+            raise AssertionError(f"{op.name} produced {value.type}, the IR says {result.type}")
+    return out
+
+
+def run_sharded(func: Operation, mesh: Mesh, *args: DistTensor) -> list:
+    """Run the ``tessera.func`` ``func`` on distributed ``args`` with the current backend."""
+    check_sharded_arguments(func, mesh, args)
+    return context.backend().run_function(func, list(args))

@@ -1,0 +1,69 @@
+"""The one Graph IR execution loop (DESIGN §13, BACKEND-RUN-1).
+
+:func:`evaluate` runs the ops of a block in program order: ``step(op, operand_values)``
+gives each op's results, and the values of the block's terminator (``tessera.return``, a
+Schedule IR ``yield``) are the block's results. Every executor runs Graph IR through it — the
+interpreter on arrays, the simulated mesh on distributed tensors, Schedule IR kernels (whose
+``step`` evaluates the kernel's region) — and only ``step`` differs.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import DTypeError, OpError, ShapeError
+from ..ir import Block, Operation, TensorType
+from ..ir.registry import op_info
+from .primitive import Call, primitive_of
+
+__all__ = ["evaluate", "call_of", "bind_arguments"]
+
+
+def call_of(op: Operation) -> Call:
+    """The :class:`Call` of a Graph IR op (its primitive, attributes, types and location); an
+    :class:`~tessera_ref.errors.OpError` for an op that is not a Graph IR primitive."""
+    prim = primitive_of(op)
+    if prim is None:
+        raise OpError(f"no executor rule for op '{op.name}' (at {op.location or 'unknown'})",
+                      fix="only tessera.graph.* primitives execute at the Graph level")
+    return Call(prim, op.attributes, tuple(v.type for v in op.operands), tuple(r.type for r in op.results),
+                op.location)
+
+
+def evaluate(block: Block, env: dict, step) -> list:
+    """Run ``block`` with ``env`` (``{Value: value}``, holding its arguments); returns the
+    terminator's operand values. ``step(op, values)`` returns the op's results in order."""
+    for op in block:
+        if op_info(op.name).terminator:
+            return [env[v] for v in op.operands]
+        env.update(zip(op.results, step(op, [env[v] for v in op.operands])))
+    last = block.last_op
+    raise OpError(f"a block ends without a terminator (last op: {last.name if last is not None else 'none'})",
+                  fix="end the body with a return")
+
+
+def bind_arguments(func: Operation, args) -> dict:
+    """``{symbol: size}`` for ``args`` against the parameters of ``func`` (errors name both)."""
+    name = func.attributes["sym_name"]
+    params = func.regions[0].blocks[0].args
+    if len(args) != len(params):
+        raise OpError(f"@{name} takes {len(params)} argument(s), got {len(args)}",
+                      fix="pass one array per parameter")
+    sizes: dict = {}
+    for i, (param, value) in enumerate(zip(params, args)):
+        ty: TensorType = param.type
+        value = np.asarray(value)
+        if value.dtype != ty.dtype:
+            raise DTypeError(f"@{name} argument {i}: expected {ty} (dtype {ty.dtype}), got dtype {value.dtype}",
+                             fix="convert with tessera_ref.asarray(x, policy=...) first")
+        if value.ndim != ty.rank:
+            raise ShapeError(f"@{name} argument {i}: expected {ty}, got shape {value.shape}",
+                             fix=f"pass a rank-{ty.rank} array")
+        for dim, size in zip(ty.shape, value.shape):
+            if isinstance(dim, str):
+                if sizes.setdefault(dim, size) != size:
+                    raise ShapeError(f"@{name} argument {i}: symbolic dimension {dim} is {size} here but "
+                                     f"{sizes[dim]} in an earlier argument", fix="make the sizes agree")
+            elif dim != size:
+                raise ShapeError(f"@{name} argument {i}: expected {ty}, got shape {value.shape}",
+                                 fix="pass an array of the traced shape (or trace again)")
+    return sizes
