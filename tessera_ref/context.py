@@ -25,8 +25,8 @@ TRACES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.traces", de
 #: The simulated machines of the enclosing ``sim.use`` blocks, innermost last.
 MACHINES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.machines", default=())
 
-#: How many ``sim.paused()`` blocks enclose the code (``sim.current()`` is None when > 0).
-PAUSED: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.paused", default=0)
+#: True inside ``sim.paused()`` (``sim.current()`` is then None).
+PAUSED: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.paused", default=False)
 
 #: The machine ``sim.use`` made current most recently (``sim.last_used()``).
 LAST_MACHINE: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.last_machine", default=None)
