@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import LayoutError, OpError, running_op_at
 from ..ir import FUNC, RETURN, Operation, ShardLayout, TensorType
 from ..ops.primitive import Call, primitive_of
+from .collectives import mailbox_scope
 from .mesh import Mesh
 from .propagate import apply
 from .tensor import DistTensor
@@ -29,7 +30,13 @@ def _constant(op: Operation, mesh: Mesh) -> DistTensor:
 
 
 def run_sharded(func: Operation, mesh: Mesh, *args: DistTensor) -> list:
-    """Run the ``tessera.func`` ``func`` on distributed ``args``; returns DistTensors."""
+    """Run the ``tessera.func`` ``func`` on distributed ``args`` in a :func:`mailbox_scope` of
+    its own; returns DistTensors."""
+    with mailbox_scope():
+        return _run(func, mesh, args)
+
+
+def _run(func: Operation, mesh: Mesh, args: tuple) -> list:
     if func.name != FUNC:
         raise OpError(f"run_sharded runs a '{FUNC}', got '{func.name}'", fix="pass a function op")
     block = func.regions[0].blocks[0]
