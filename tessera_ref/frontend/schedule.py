@@ -41,6 +41,7 @@ from ..ops.values import Array, Trace, Tracer, asarray
 
 __all__ = ["schedule", "op_kernel", "ScheduledKernel"]
 
+
 def _with_defaults(**directives) -> MappingProxyType:
     """The thread's top-level defaults with ``directives`` added (a new read-only mapping)."""
     return MappingProxyType({**SCHEDULE_DEFAULTS.get(), **directives})
