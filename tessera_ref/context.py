@@ -1,19 +1,55 @@
 """Every piece of ambient state, as context variables (DESIGN §4).
 
 Each thread starts with the defaults below, and a ``with`` block that changes one restores it
-on exit, so threads (and asyncio tasks) never see each other's state. Modules read and set
-these variables through their own APIs (``sim.use``, ``backends.use``, tracing, ...); this
-module holds only the variables and :func:`scoped`.
+on exit, so threads (and asyncio tasks) never see each other's state. A default is never a
+mutable object (it would be shared by every thread): stacks are tuples, replaced on change.
+Modules read and set these variables through their own APIs (``sim.use``, ``backends.use``,
+tracing, ...); this module holds only the variables and :func:`scoped`.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 
-__all__ = ["BACKEND", "LISTENERS", "backend", "set_backend_resolver", "scoped"]
+__all__ = ["BACKEND", "LISTENERS", "TRACES", "MACHINES", "PAUSED", "LAST_MACHINE", "PLANNING_MESH",
+           "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "MAILBOX",
+           "backend", "set_backend_resolver", "scoped"]
 
 #: The backend ``backends.use`` made current (a Backend object), or None for the default.
 BACKEND: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.backend", default=None)
+
+#: The traces being recorded, innermost last (``ops.values.Trace``; ``current_trace()``).
+TRACES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.traces", default=())
+
+#: The simulated machines of the enclosing ``sim.use`` blocks, innermost last.
+MACHINES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.machines", default=())
+
+#: True inside ``sim.paused()`` (``sim.current()`` is then None).
+PAUSED: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.paused", default=False)
+
+#: The machine ``sim.use`` made current most recently (``sim.last_used()``).
+LAST_MACHINE: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.last_machine", default=None)
+
+#: The mesh sharding rules plan for (``ops.sharding.planning_on``), or None.
+PLANNING_MESH: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.planning_mesh", default=None)
+
+#: The top-level ``schedule`` directives (a read-only mapping: a change sets a new one).
+SCHEDULE_DEFAULTS: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.schedule_defaults",
+                                                                   default=types.MappingProxyType({}))
+
+#: The directives of the ``@op.kernel`` body being traced (a dict of its own), or None.
+KERNEL_DIRECTIVES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.kernel_directives", default=None)
+
+#: The ``(parameter, value)`` list of whole assignments of the ``@op.kernel`` body being traced.
+KERNEL_ASSIGNED: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.kernel_assigned", default=None)
+
+#: The transform (``"grad"``, ``"jvp"``, ...) differentiating the code being traced, or None.
+DIFFERENTIATING: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.differentiating", default=None)
+
+#: The send/recv mailbox of the current ``dist.mailbox_scope``; None until a thread's first
+#: send or recv outside any scope creates its own.
+MAILBOX: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.mailbox", default=None)
 
 #: Objects told about every collective, transfer and computation (``dist.listen``).
 LISTENERS: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.listeners", default=())

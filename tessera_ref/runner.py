@@ -3,7 +3,8 @@
 :func:`tessera_alias` installs an import hook under which ``tessera`` and every
 ``tessera.<sub>`` resolve to ``tessera_ref`` and ``tessera_ref.<sub>`` (the same module
 objects), so the programming guide's snippets (``from tessera import op, graph``) run as
-written; :func:`run_path` runs a file under it, as ``tessera-ref run FILE`` does.
+written; :func:`run_path` runs a file under it, as ``tessera-ref run FILE`` does, in a
+``dist.mailbox_scope`` of its own.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import importlib.abc
 import importlib.util
 import runpy
 import sys
+
+from .dist import mailbox_scope
 
 __all__ = ["tessera_alias", "run_path"]
 
@@ -52,11 +55,12 @@ def tessera_alias():
 
 
 def run_path(path: str, argv: list[str] | None = None) -> dict:
-    """Run the Python file ``path`` as ``__main__`` with the ``tessera`` alias; returns its globals."""
+    """Run the Python file ``path`` as ``__main__`` with the ``tessera`` alias; returns its globals.
+    A tensor it sends and never receives is a :class:`~tessera_ref.errors.CollectiveError` at its end."""
     saved = sys.argv
     sys.argv = [path, *(argv or [])]
     try:
-        with tessera_alias():
+        with tessera_alias(), mailbox_scope():
             return runpy.run_path(path, run_name="__main__")
     finally:
         sys.argv = saved

@@ -15,6 +15,7 @@ import abc
 import numpy as np
 
 from .. import context
+from ..dist.collectives import mailbox_scope
 from ..dist.execute import check_sharded_arguments, sharded_step
 from ..dist.tensor import DistTensor
 from ..errors import OpError
@@ -88,8 +89,8 @@ class Backend(abc.ABC):
     # -- written once in terms of the above -------------------------------------------------
     def run_function(self, func: Operation, args) -> list:
         """Run the Graph IR ``tessera.func`` ``func`` on ``args`` — storage-dtype arrays, or
-        DistTensors on one mesh — through the one execution loop (BACKEND-RUN-1); returns its
-        results (arrays or DistTensors)."""
+        DistTensors on one mesh (in a ``dist.mailbox_scope`` of its own) — through the one
+        execution loop (BACKEND-RUN-1); returns its results (arrays or DistTensors)."""
         if func.name != FUNC:
             raise OpError(f"run_function runs a '{FUNC}', got '{func.name}'", fix="pass a function op")
         block = func.regions[0].entry
@@ -97,8 +98,9 @@ class Backend(abc.ABC):
             dist = next((a for a in args if isinstance(a, DistTensor)), None)
             if dist is not None:
                 check_sharded_arguments(func, dist.mesh, args)
-                return evaluate(block, dict(zip(block.args, args)),
-                                lambda op, values: sharded_step(op, values, dist.mesh))
+                with mailbox_scope():
+                    return evaluate(block, dict(zip(block.args, args)),
+                                    lambda op, values: sharded_step(op, values, dist.mesh))
             bind_arguments(func, args)
             return evaluate(block, dict(zip(block.args, (np.asarray(a) for a in args))),
                             lambda op, values: self.run_op(call_of(op), *values))

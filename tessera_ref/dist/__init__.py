@@ -7,6 +7,11 @@
                     mesh=mesh, dtype="bf16")
     y = dist.all_gather(x @ W, axis="tp")
 
+``dist.send``/``dist.recv`` pair up in a mailbox: ``with dist.mailbox_scope(): ...`` gives the
+block its own (sends never received are an error when it ends); each run of a traced sharded
+function and of a ``tessera-ref run`` script is such a scope, and outside every scope each
+thread has its own mailbox.
+
 The normative rules are the ``MESH-*`` clauses of ``docs/spec/mesh.md``.
 """
 from types import SimpleNamespace
@@ -15,7 +20,7 @@ from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError
 
 from ..ops.collective import all_gather, all_reduce, all_to_all, reduce_scatter
 from ..ops.collective import collective_permute as permute
-from .collectives import REDUCE_OPS, broadcast, check_pending, recv, send
+from .collectives import REDUCE_OPS, broadcast, check_pending, mailbox_scope, recv, send
 from .events import listen
 from .execute import run_sharded  # importing it registers DistTensor with the op dispatcher
 from .mesh import Mesh, default_shape, mesh
@@ -30,5 +35,5 @@ collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduc
 
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
-           "all_to_all", "permute", "send", "recv", "check_pending", "collective", "REDUCE_OPS", "run_sharded", "listen",
-           "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
+           "all_to_all", "permute", "send", "recv", "check_pending", "mailbox_scope", "collective", "REDUCE_OPS",
+           "run_sharded", "listen", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]

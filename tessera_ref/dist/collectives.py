@@ -25,9 +25,15 @@ replicated operand gets a :class:`~tessera_ref.errors.CollectiveWarning` and kee
 all_gather is a :class:`~tessera_ref.errors.CollectiveError`, and so is moving an exact pending
 sum between devices before it is reduced. Warnings name the user's line. Nothing hangs: a recv
 without a matching send is an error at once, and :func:`check_pending` reports sends never received.
+
+**Mailboxes.** A send waits for its recv in the current mailbox: that of the innermost
+:func:`mailbox_scope` (each run of a traced sharded function and of a ``tessera-ref run``
+script is one), else the calling thread's own. Sends never cross mailboxes, and those not
+received when a scope ends are reported there.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -36,7 +42,8 @@ from collections import defaultdict, deque
 import numpy as np
 
 from .. import context, sim
-from ..errors import _PACKAGE_DIR, CollectiveError, CollectiveWarning, LayoutError
+from ..context import DIFFERENTIATING, MAILBOX, scoped
+from ..errors import _PACKAGE_DIR, CollectiveError, CollectiveWarning, EffectError, LayoutError, user_location
 from ..ir import TensorType
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import to_accum
@@ -46,7 +53,7 @@ from .mesh import Mesh
 from .tensor import DistTensor, local_shape
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "permute",
-           "send", "recv", "check_pending", "fold_partial", "local_slice", "REDUCE_OPS"]
+           "send", "recv", "check_pending", "mailbox_scope", "fold_partial", "local_slice", "REDUCE_OPS"]
 
 #: The reductions ``all_reduce`` accepts (``avg`` is a sum divided once by the group size).
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
@@ -385,7 +392,47 @@ def permute(x, axis, perm) -> DistTensor:
     return _new(x, lay, out)
 
 
-_MAILBOX: dict = defaultdict(deque)
+class _Mailbox:
+    """Sent tensors waiting for their :func:`recv`, first in, first out per (source sub-mesh,
+    destination sub-mesh, tag), each with the line of its send."""
+
+    def __init__(self) -> None:
+        self.queues: dict = defaultdict(deque)
+
+    def pending(self) -> list:
+        """``"<count> from <src>.. to <dst>.. (tag <t>) sent at <lines>"`` per pair with sends waiting."""
+        return [f"{len(q)} from {k[0][2][0]}.. to {k[1][2][0]}.. (tag {k[2]}) sent at "
+                + ", ".join(dict.fromkeys(line or "?" for _, line in q)) for k, q in self.queues.items() if q]
+
+    def check(self) -> None:
+        """A :class:`CollectiveError` naming the sends never received (which are then forgotten)."""
+        pending = self.pending()
+        self.queues.clear()
+        if pending:
+            raise CollectiveError(f"unmatched sends: {'; '.join(pending)}",
+                                  fix="every dist.send needs a dist.recv on the destination (same tag), "
+                                      "in the same dist.mailbox_scope")
+
+
+def _mailbox() -> _Mailbox:
+    """The mailbox of the innermost :func:`mailbox_scope`; outside every scope the thread's own,
+    made at its first use (``context.MAILBOX``)."""
+    box = MAILBOX.get()
+    if box is None:
+        box = _Mailbox()
+        MAILBOX.set(box)
+    return box
+
+
+@contextlib.contextmanager
+def mailbox_scope():
+    """Sends and receives inside the ``with`` block use a mailbox of their own: a send is
+    received only in the block, and one never received is a :class:`CollectiveError` when the
+    block ends (unless the block raised) (MESH-COLL-7)."""
+    box = _Mailbox()
+    with scoped(MAILBOX, box):
+        yield
+    box.check()
 
 
 def _mesh_key(m: Mesh) -> tuple:
@@ -394,9 +441,12 @@ def _mesh_key(m: Mesh) -> tuple:
 
 def _reject_in_autodiff(what: str) -> None:
     """Sends and receives are I/O: an EffectError inside differentiated code (AD-EFFECT-1)."""
-    from ..autodiff.effects import reject
-    reject(what, fix="send/recv outside the differentiated function (e.g. between pipeline stages, "
-                     "differentiating each stage separately)")
+    transform = DIFFERENTIATING.get()
+    if transform is not None:
+        raise EffectError(f"{what} is a state/I-O effect inside code differentiated by {transform}: a derivative "
+                          "cannot undo or replay it",
+                          fix="send/recv outside the differentiated function (e.g. between pipeline stages, "
+                              "differentiating each stage separately)")
 
 
 def send(x, dst: Mesh, *, tag: int = 0) -> None:
@@ -414,7 +464,7 @@ def send(x, dst: Mesh, *, tag: int = 0) -> None:
         raise CollectiveError(f"send from {x.mesh!r} to {dst!r}: the sub-meshes share devices",
                               fix="send between disjoint sub-meshes")
     events.transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device)
-    _MAILBOX[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append(x)
+    _mailbox().queues[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append((x, user_location()))
 
 
 def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
@@ -424,20 +474,21 @@ def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
     for m, name in ((src, "src"), (dst, "dst")):
         if not isinstance(m, Mesh):
             raise CollectiveError(f"recv needs {name}=a dist.Mesh, got {m!r}")
-    box = _MAILBOX.get((_mesh_key(src), _mesh_key(dst), tag))
-    if not box:
-        waiting = [f"{k[0][2][0]}..→{k[1][2][0]}.. tag {k[2]}" for k, v in _MAILBOX.items() if v]
+    mailbox = _mailbox()
+    queue = mailbox.queues.get((_mesh_key(src), _mesh_key(dst), tag))
+    if not queue:
+        waiting = "; ".join(mailbox.pending())
         raise CollectiveError(f"recv on {dst!r} from {src!r} (tag {tag}) has no matching send — on a GPU this "
                               f"recv would wait forever" + (f"; pending sends: {waiting}" if waiting else ""),
-                              fix="call dist.send(x, dst) on the source sub-mesh first (same tag)")
-    x = box.popleft()
+                              fix="call dist.send(x, dst) on the source sub-mesh first (same tag, same thread "
+                                  "and dist.mailbox_scope)")
+    x, _ = queue.popleft()
     return DistTensor(x.type, dst, x.local, x.name)
 
 
 def check_pending() -> None:
-    """Raise a :class:`CollectiveError` if a sent tensor was never received (and forget it)."""
-    pending = [(k, len(v)) for k, v in _MAILBOX.items() if v]
-    _MAILBOX.clear()
-    if pending:
-        lines = ", ".join(f"{n} from {k[0][2][0]}.. to {k[1][2][0]}.. (tag {k[2]})" for k, n in pending)
-        raise CollectiveError(f"unmatched sends: {lines}", fix="every dist.send needs a dist.recv on the destination")
+    """Raise a :class:`CollectiveError` if a tensor sent in the current mailbox (the innermost
+    :func:`mailbox_scope`'s, else the thread's) was never received; such sends are forgotten."""
+    box = MAILBOX.get()
+    if box is not None:
+        box.check()

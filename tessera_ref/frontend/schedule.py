@@ -4,16 +4,18 @@
 ``schedule.use_shared_memory(True, padding=1)``, ``schedule.async_copy(True)``,
 ``schedule.pipeline_stages(3)``, ``schedule.swizzle("xor")`` and ``schedule.lanes(256)`` are
 *directives*: inside an ``@op.kernel`` body they set the schedule of that kernel's ops; at top
-level they set process-wide defaults that every kernel traced later starts from
-(``schedule.reset()`` clears them). Seed 001's form runs as the seed prints it::
+level they set the defaults that every kernel traced later starts from (``schedule.reset()``
+clears them). The defaults are the calling thread's (``tessera_ref.context``): a new thread
+starts with none. Seed 001's form runs as the seed prints it::
 
     with schedule.pipeline(double_buffer=True):
         A_tile = schedule.prefetch(A, scope="shared")
         B_tile = schedule.prefetch(B, scope="shared")
         C_tile = tile.mma_sync(A_tile, B_tile)
 
-``pipeline`` turns on shared-memory staging with cp.async and 2 stages (``stages=`` for more)
-for the whole kernel (directives are kernel-wide, not scoped to the ``with`` block);
+``pipeline`` turns on shared-memory staging with cp.async and 2 stages (``stages=`` for more):
+in a kernel body for the whole kernel (directives are kernel-wide, not scoped to the ``with``
+block); at top level as the defaults inside the ``with`` block, restored when it ends;
 ``prefetch`` returns its operand (staging changes where data lives, not its value) and
 ``tile.mma_sync`` (or ``schedule.mma_sync``) is the matmul of the staged tiles. The Schedule
 IR shows each staged operand as
@@ -28,24 +30,31 @@ also written back into the caller's array when it is a writable NumPy array.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
+from types import MappingProxyType
 
 import numpy as np
 
 from .. import context
+from ..context import KERNEL_ASSIGNED, KERNEL_DIRECTIVES, SCHEDULE_DEFAULTS, scoped
 from ..errors import KernelError, TraceError
 from ..ops.values import Array, Trace, Tracer, asarray
 
 __all__ = ["schedule", "op_kernel", "ScheduledKernel"]
 
-_ACTIVE = contextvars.ContextVar("tessera_ref_schedule_directives", default=None)
-_DEFAULTS: dict = {}
+
+def _with_defaults(**directives) -> MappingProxyType:
+    """The thread's top-level defaults with ``directives`` added (a new read-only mapping)."""
+    return MappingProxyType({**SCHEDULE_DEFAULTS.get(), **directives})
 
 
-def _target() -> dict:
-    active = _ACTIVE.get()
-    return _DEFAULTS if active is None else active
+def _set(**directives) -> None:
+    """Set ``directives`` in the kernel body being traced, else in the thread's defaults."""
+    kernel = KERNEL_DIRECTIVES.get()
+    if kernel is not None:
+        kernel.update(directives)
+    else:
+        SCHEDULE_DEFAULTS.set(_with_defaults(**directives))
 
 
 def _positive(name, value) -> int:
@@ -60,44 +69,50 @@ class _Schedule:
     def tile(self, shape) -> None:
         """The tile shape: (BM, BN, BK) for matmul and attention, (rows,) for row kernels."""
         shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
-        _target()["tile"] = [_positive("tile", s) for s in shape]
+        _set(tile=[_positive("tile", s) for s in shape])
 
     def vectorize(self, n: int) -> None:
         """Elements per lane in elementwise kernels (seed 003: ``schedule.vectorize(4)``)."""
-        _target()["vectorize"] = _positive("vectorize", n)
+        _set(vectorize=_positive("vectorize", n))
 
     def lanes(self, n: int) -> None:
         """Lanes (threads) per tile."""
-        _target()["lanes"] = _positive("lanes", n)
+        _set(lanes=_positive("lanes", n))
 
     def use_shared_memory(self, enabled: bool = True, padding: int = 0) -> None:
         """Stage operand tiles in shared memory, each row padded by ``padding`` elements."""
         if isinstance(padding, bool) or not isinstance(padding, (int, np.integer)) or padding < 0:
             raise KernelError(f"schedule.use_shared_memory(padding={padding!r}): expected an int >= 0",
                               fix="padding=1 adds one element per row (seed 003)")
-        _target().update(shared=bool(enabled), padding=int(padding))
+        _set(shared=bool(enabled), padding=int(padding))
 
     def swizzle(self, kind: str) -> None:
         """``"xor"`` swizzles shared-memory tiles (or ``"none"``)."""
         if kind not in ("none", "xor"):
             raise KernelError(f"schedule.swizzle({kind!r}): expected 'none' or 'xor'", fix='schedule.swizzle("xor")')
-        _target()["swizzle"] = kind
+        _set(swizzle=kind)
 
     def async_copy(self, enabled: bool = True) -> None:
         """Copy global -> shared with cp.async so loads overlap compute."""
-        _target()["async_copy"] = bool(enabled)
+        _set(async_copy=bool(enabled))
 
     def pipeline_stages(self, n: int) -> None:
         """Shared-memory buffers per operand (2 = double, 3 = triple buffering)."""
-        _target()["stages"] = _positive("pipeline_stages", n)
+        _set(stages=_positive("pipeline_stages", n))
 
     @contextlib.contextmanager
     def pipeline(self, double_buffer: bool = True, stages: int | None = None):
         """Seed 001's ``with schedule.pipeline(double_buffer=True):`` — shared staging with
-        cp.async and ``stages`` buffers (2 with ``double_buffer``, else 1)."""
+        cp.async and ``stages`` buffers (2 with ``double_buffer``, else 1): for the whole kernel
+        in a kernel body; at top level for the ``with`` block (the defaults are restored on exit)."""
         n = _positive("pipeline", stages) if stages is not None else (2 if double_buffer else 1)
-        _target().update(shared=True, async_copy=True, stages=n)
-        yield self
+        staging = dict(shared=True, async_copy=True, stages=n)
+        if KERNEL_DIRECTIVES.get() is not None:
+            _set(**staging)
+            yield self
+        else:
+            with scoped(SCHEDULE_DEFAULTS, _with_defaults(**staging)):
+                yield self
 
     def prefetch(self, x, scope: str = "shared"):
         """Stage ``x`` in ``scope`` memory (seed 001); returns ``x`` (same value)."""
@@ -105,7 +120,7 @@ class _Schedule:
             raise KernelError(f"schedule.prefetch(scope={scope!r}): expected 'shared' or 'register'",
                               fix='scope="shared"')
         if scope == "shared":
-            _target()["shared"] = True
+            _set(shared=True)
         return x
 
     def mma_sync(self, a, b):
@@ -115,12 +130,12 @@ class _Schedule:
         return matmul(a, b)
 
     def defaults(self) -> dict:
-        """The process-wide directives set at top level (a copy)."""
-        return dict(_DEFAULTS)
+        """The directives this thread set at top level (a copy)."""
+        return dict(SCHEDULE_DEFAULTS.get())
 
     def reset(self) -> None:
-        """Forget the process-wide directives."""
-        _DEFAULTS.clear()
+        """Forget the directives this thread set at top level."""
+        SCHEDULE_DEFAULTS.set(MappingProxyType({}))
 
     def __repr__(self) -> str:
         return "<tessera schedule namespace>"
@@ -132,7 +147,7 @@ schedule = _Schedule()
 
 def active() -> bool:
     """True while an ``@op.kernel`` body is being traced."""
-    return _ACTIVE.get() is not None
+    return KERNEL_DIRECTIVES.get() is not None
 
 
 class _Param(Tracer):
@@ -144,10 +159,7 @@ class _Param(Tracer):
         if key != slice(None) and key != Ellipsis:
             raise KernelError(f"an @op.kernel parameter is assigned whole (C[:] = ...), got an index {key!r}",
                               fix="compute the full result and assign it with C[:] = value")
-        _ASSIGNED.get().append((self, value))
-
-
-_ASSIGNED = contextvars.ContextVar("tessera_ref_kernel_assigned", default=None)
+        KERNEL_ASSIGNED.get().append((self, value))
 
 
 class _Traced:
@@ -188,15 +200,10 @@ class ScheduledKernel:
         code = self.fn.__code__
         trace = Trace(self.name, location=f"{code.co_filename}:{code.co_firstlineno}")
         params = [_Param(t.value, trace) for t in trace.arguments([a.type for a in arrays])]
-        directives = dict(_DEFAULTS)
+        directives = dict(SCHEDULE_DEFAULTS.get())
         assigned: list = []
-        d_token, a_token = _ACTIVE.set(directives), _ASSIGNED.set(assigned)
-        try:
-            with trace:
-                out = self.fn(*params)
-        finally:
-            _ACTIVE.reset(d_token)
-            _ASSIGNED.reset(a_token)
+        with scoped(KERNEL_DIRECTIVES, directives), scoped(KERNEL_ASSIGNED, assigned), trace:
+            out = self.fn(*params)
         returned = [] if out is None else list(out) if isinstance(out, (tuple, list)) else [out]
         assigned_index = [next(i for i, q in enumerate(params) if q is p) for p, _ in assigned]
         results = returned + [value for _, value in assigned]

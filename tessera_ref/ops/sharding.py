@@ -32,33 +32,25 @@ of the program being traced or run. Rules are shared by families of ops:
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from dataclasses import dataclass
 
+from ..context import PLANNING_MESH, scoped
 from ..ir.layout import ShardLayout
 
 __all__ = ["ShardPlan", "elementwise_rule", "linear_rule", "replicated_rule", "keep_whole_rule",
            "batch_rule", "whole", "planning_on", "split_count"]
 
-_MESH = contextvars.ContextVar("tessera_rule_mesh", default=None)
 
-
-@contextlib.contextmanager
 def planning_on(mesh):
-    """Rules called inside this context plan for ``mesh`` (see :func:`split_count`)."""
-    token = _MESH.set(mesh)
-    try:
-        yield
-    finally:
-        _MESH.reset(token)
+    """Rules called inside this ``with`` block plan for ``mesh`` (see :func:`split_count`)."""
+    return scoped(PLANNING_MESH, mesh)
 
 
 def split_count(axes) -> int | None:
     """Into how many blocks a dimension split over the mesh axes ``axes`` is cut on the mesh
     being planned for (the traced or running program's), or ``None`` when no mesh is known —
     rules then choose what holds on any mesh."""
-    mesh = _MESH.get()
+    mesh = PLANNING_MESH.get()
     return None if mesh is None else mesh.axis_size(tuple(axes))
 
 

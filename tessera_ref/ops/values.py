@@ -21,6 +21,7 @@ import numbers
 
 import numpy as np
 
+from ..context import TRACES
 from ..errors import DTypeError, TraceError
 from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
@@ -200,12 +201,10 @@ class Tracer(TensorOperators):
         return f"Tracer({self.type} in {self.trace.name!r})"
 
 
-_TRACES: list["Trace"] = []
-
-
 def current_trace() -> "Trace | None":
-    """The innermost trace being recorded, or ``None`` (eager execution)."""
-    return _TRACES[-1] if _TRACES else None
+    """The innermost trace this thread is recording, or ``None`` (eager execution)."""
+    traces = TRACES.get()
+    return traces[-1] if traces else None
 
 
 class Trace:
@@ -226,11 +225,13 @@ class Trace:
         self._constants: dict = {}
 
     def __enter__(self) -> "Trace":
-        _TRACES.append(self)
+        TRACES.set(TRACES.get() + (self,))
         return self
 
     def __exit__(self, *exc) -> None:
-        _TRACES.remove(self)
+        traces = list(TRACES.get())
+        traces.remove(self)
+        TRACES.set(tuple(traces))
 
     def arguments(self, types) -> list[Tracer]:
         return [Tracer(self.block.add_argument(t), self) for t in types]

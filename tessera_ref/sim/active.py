@@ -4,67 +4,57 @@
 innermost wins); :func:`current` returns it, or None outside every block and inside
 ``with sim.paused():`` (which a caller uses to run helper steps it has already accounted for).
 :func:`report` prints the report of the current machine, or of the last one made current.
+All of this is per thread (``tessera_ref.context``): a new thread starts with no machine.
 """
 from __future__ import annotations
 
 import contextlib
 
+from ..context import LAST_MACHINE, MACHINES, PAUSED, scoped
 from ..errors import SimError
 from .machine import Machine
 
 __all__ = ["use", "current", "paused", "is_paused", "report", "machine", "last_used"]
 
-_stack: list = []
-_paused = 0
-_last: Machine | None = None
-
 
 @contextlib.contextmanager
 def use(machine: Machine):
     """Make ``machine`` the current machine inside the ``with`` block."""
-    global _last
     if not isinstance(machine, Machine):
         raise SimError(f"sim.use needs a sim.Machine, got {machine!r}",
                        fix="with sim.use(sim.machine('GB200-NVL72', devices=72)): ...")
-    _stack.append(machine)
-    _last = machine
-    try:
+    LAST_MACHINE.set(machine)
+    with scoped(MACHINES, MACHINES.get() + (machine,)):
         yield machine
-    finally:
-        _stack.pop()
 
 
 def current() -> Machine | None:
     """The innermost machine of the enclosing ``with sim.use(...)`` blocks; None when there
     is none, or inside ``with sim.paused()``."""
-    return _stack[-1] if _stack and not _paused else None
+    machines = MACHINES.get()
+    return machines[-1] if machines and not PAUSED.get() else None
 
 
-@contextlib.contextmanager
 def paused():
-    """Inside the block :func:`current` is None: nothing is recorded."""
-    global _paused
-    _paused += 1
-    try:
-        yield
-    finally:
-        _paused -= 1
+    """Inside the ``with`` block :func:`current` is None: nothing is recorded."""
+    return scoped(PAUSED, True)
 
 
 def is_paused() -> bool:
     """True inside ``with sim.paused():``."""
-    return _paused > 0
+    return PAUSED.get()
 
 
 def last_used() -> Machine | None:
-    """The machine most recently made current (it may no longer be)."""
-    return _last
+    """The machine most recently made current in this thread (it may no longer be)."""
+    return LAST_MACHINE.get()
 
 
 def report(top: int = 10) -> str:
     """Print and return the report (SIM-REPORT-1) of the innermost machine in use, or of the
     last machine that was; a :class:`~tessera_ref.errors.SimError` if none ever was."""
-    m = _stack[-1] if _stack else _last
+    machines = MACHINES.get()
+    m = machines[-1] if machines else LAST_MACHINE.get()
     if m is None:
         raise SimError("sim.report(): no simulated machine has been used",
                        fix="run the program inside `with sim.use(sim.machine(...)):` or under `tessera-ref sim FILE`")

@@ -86,6 +86,20 @@ def test_top_level_directives_are_defaults_until_reset():
     assert schedule.defaults() == {}
 
 
+def test_a_top_level_pipeline_block_sets_the_defaults_for_the_block_only():
+    def mm(A, B):
+        return A @ B
+    A = np.ones((32, 32), np.float32)
+    inside, after = op.kernel(mm), op.kernel(mm)
+    with schedule.pipeline(stages=3):
+        schedule.vectorize(2)  # a top-level directive in the block ends with it too
+        assert schedule.defaults() == {"shared": True, "async_copy": True, "stages": 3, "vectorize": 2}
+        inside(A, A)
+    assert schedule.defaults() == {}
+    after(A, A)
+    assert 'stages = 3' in inside.inspect_ir("schedule") and 'stages = 3' not in after.inspect_ir("schedule")
+
+
 def test_front_end_errors():
     with pytest.raises(KernelError, match="vectorize"):
         schedule.vectorize(0)

@@ -64,10 +64,12 @@ def test_seed_001_pipeline_runs_verbatim_at_top_level(tmp_path):
 A = rng.integers(-8, 9, (16, 8)).astype(np.float32)
 B = rng.integers(-8, 9, (8, 4)).astype(np.float32)
 '''
-    out = run_snippets(tmp_path, arrays, SEED_001_PIPELINE, "defaults = schedule.defaults()\n")
+    inside = "with schedule.pipeline(double_buffer=True):\n    inside = schedule.defaults()\n"
+    out = run_snippets(tmp_path, arrays, SEED_001_PIPELINE, inside, "defaults = schedule.defaults()\n")
     assert_same_bits([np.asarray(out["C_tile"].data)], [_exact(out["A"], out["B"])(np.matmul)])
-    # at top level the directives become the defaults of kernels traced later (SCHED-FE-1)
-    assert out["defaults"] == {"shared": True, "async_copy": True, "stages": 2}
+    # at top level the directives are the defaults inside the block, restored after it (SCHED-FE-2)
+    assert out["inside"] == {"shared": True, "async_copy": True, "stages": 2}
+    assert out["defaults"] == {}
 
 
 CALLS_003 = '''

@@ -1,10 +1,11 @@
-"""Fixtures for the simulated-mesh tests: every test starts with an empty send/recv mailbox."""
+"""Fixtures for the simulated-mesh tests: every test runs in a send/recv mailbox of its own,
+and a send it leaves unreceived fails it."""
 import pytest
 
-from tessera_ref.dist import collectives
+from tessera_ref import dist
 
 
 @pytest.fixture(autouse=True)
-def _empty_mailbox():
-    yield
-    collectives._MAILBOX.clear()
+def _own_mailbox():
+    with dist.mailbox_scope():
+        yield

@@ -8,6 +8,7 @@ import pytest
 from mesh_reference import expected_shard, fold_f32, same_bits
 from tessera_ref import dist
 from tessera_ref.errors import CollectiveError, CollectiveWarning, LayoutError, TesseraError
+from tessera_ref.runner import run_path
 
 S = dist.ShardSpec
 
@@ -219,6 +220,38 @@ def test_recv_without_send_fails_at_once_and_unmatched_sends_are_reported():
         dist.send(dist.tensor((2,), S(), s0, data=np.ones(2, np.float32)), s0)  # same devices
     with pytest.raises(CollectiveError):
         dist.send(dist.tensor((2,), S(), s0, data=np.ones(2, np.float32)), mesh)  # other shape
+
+
+def test_a_mailbox_scope_reports_its_unmatched_sends_and_keeps_them_to_itself():
+    mesh = dist.Mesh(("tp", "pp"), range(4), (2, 2))
+    s0, s1 = mesh.sub(pp=0), mesh.sub(pp=1)
+    one = dist.tensor((2,), S(), s0, data=np.ones(2, np.float32))
+    dist.send(one, s1)  # waits in the enclosing mailbox (this test's)
+    with pytest.raises(CollectiveError) as info:
+        with dist.mailbox_scope():
+            with pytest.raises(CollectiveError, match="no matching send"):
+                dist.recv(s0, s1)  # the outer send is not delivered into the scope
+            dist.send(one, s1, tag=3)
+            dist.send(one, s1, tag=3)
+    text = str(info.value)
+    assert "unmatched sends: 2 from cuda:0.. to cuda:1.. (tag 3) sent at " in text and "test_collectives.py:" in text
+    assert info.value.fix and "mailbox_scope" in info.value.fix
+    with pytest.raises(ZeroDivisionError):
+        with dist.mailbox_scope():
+            dist.send(one, s1)
+            1 / 0  # the block's own error, not the unmatched send, propagates
+    assert same_bits(dist.recv(s0, s1).numpy(), np.ones(2, np.float32))  # the outer send is still there
+
+
+def test_a_script_run_is_a_mailbox_scope(tmp_path):
+    script = tmp_path / "sends.py"
+    script.write_text("import numpy as np\nfrom tessera import dist\n"
+                      "mesh = dist.Mesh(('tp', 'pp'), range(4), (2, 2))\n"
+                      "x = dist.tensor((2,), None, mesh.sub(pp=0), data=np.ones(2, np.float32))\n"
+                      "dist.send(x, mesh.sub(pp=1))\n")
+    with pytest.raises(CollectiveError, match=r"unmatched sends: .*sends\.py:5"):
+        run_path(str(script))
+    dist.check_pending()  # nothing reached the caller's mailbox
 
 
 # -- misuse (MESH-COLL-8) ---------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from tessera_ref import sim
 from tessera_ref.errors import MemoryWarning, OutOfMemoryError, SimError
-from tessera_ref.sim import Machine, active
+from tessera_ref.context import LAST_MACHINE, MACHINES, PAUSED, scoped
+from tessera_ref.sim import Machine
 
 BF16_1MS = (989.5e9, 0)  # 1 ms of bf16 tensor-core work on an H100
 
@@ -220,10 +221,10 @@ def test_empty_machine_report():
 
 
 @pytest.fixture
-def clean_activation(monkeypatch):
-    monkeypatch.setattr(active, "_stack", [])
-    monkeypatch.setattr(active, "_last", None)
-    monkeypatch.setattr(active, "_paused", 0)
+def clean_activation():
+    """No machine in use nor used before (as in a new thread), restored afterwards."""
+    with scoped(MACHINES, ()), scoped(LAST_MACHINE, None), scoped(PAUSED, False):
+        yield
 
 
 def test_use_current_paused_and_report(clean_activation, capsys):
