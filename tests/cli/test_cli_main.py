@@ -24,6 +24,13 @@ def test_version_and_help():
         assert f"    {command} " in out.stdout
 
 
+def test_python_dash_m_tessera_ref_is_the_command():
+    for args in [("--version",), ("formats", "--json"), ("sim", "--presets")]:
+        package, command = _run("tessera_ref", *args), _run("tessera_ref.cli", *args)
+        assert package.returncode == 0, package.stderr
+        assert (package.stdout, package.stderr) == (command.stdout, command.stderr)
+
+
 def test_the_console_script_is_main():
     target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["tessera-ref"]
     module, _, name = target.partition(":")
