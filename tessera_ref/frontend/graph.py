@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 
+from ..dist import DistTensor
 from ..errors import OpError, TraceError, user_location
 from ..interp.graph import run_function
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
@@ -171,7 +172,7 @@ class GraphFunction:
 
 
 def _is_dist(x) -> bool:
-    return type(x).__name__ == "DistTensor" and hasattr(x, "mesh")
+    return isinstance(x, DistTensor)
 
 
 def module(name: str | None = None, *, rewrite: bool = True):
