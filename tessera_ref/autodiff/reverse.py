@@ -23,8 +23,10 @@ import numpy as np
 from ..errors import AutodiffError, EffectError, running_op_at
 from ..ir import has_side_effects
 from ..ir.types import COMPLEX64
-from ..ops import NOT_DIFFERENTIABLE, primitive_of
+from ..ops import NOT_DIFFERENTIABLE, fft, primitive_of
 from ..ops.adjoint import derivative_seed, rule_keys, zeros
+from ..ops.elementwise import add
+from ..ops.shape import broadcast_to
 from ..ops.typecheck import is_float
 from ..ops.values import Tracer, asarray
 
@@ -40,8 +42,7 @@ def differentiable(t) -> bool:
 def zeros_of(t):
     """+0 of type ``t`` (shape and policy; whole on every device)."""
     if t.policy is COMPLEX64:
-        from .. import op
-        return op.broadcast_to(asarray(np.zeros((), np.complex64)), tuple(t.shape))
+        return broadcast_to(asarray(np.zeros((), np.complex64)), tuple(t.shape))
     return zeros(t.shape, t.policy)
 
 
@@ -57,10 +58,9 @@ def sum_seed(attributes: dict, position: int) -> int:
 def accumulate(a, b, seed: int):
     """``a + b`` of two cotangents of one value (complex ones part by part); ``seed`` keys
     the rounding when the policy rounds stochastically."""
-    from .. import op
     if a.type.policy is COMPLEX64:
-        return op.complex(op.add(op.real(a), op.real(b)), op.add(op.imag(a), op.imag(b)))
-    return op.add(a, b, seed=seed) if getattr(a.type.policy, "rounding", None) == "stochastic" else op.add(a, b)
+        return fft.complex(add(fft.real(a), fft.real(b)), add(fft.imag(a), fft.imag(b)))
+    return add(a, b, seed=seed) if getattr(a.type.policy, "rounding", None) == "stochastic" else add(a, b)
 
 
 def check_effects(ops, transform: str) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import context
+from ..dist import DistTensor
 from ..errors import OpError
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ops.sharding import planning_on
@@ -27,7 +28,7 @@ __all__ = ["ADTrace", "Program", "prepare", "record", "run", "in_trace", "is_dis
 
 
 def is_dist(x) -> bool:
-    return type(x).__name__ == "DistTensor" and hasattr(x, "mesh")
+    return isinstance(x, DistTensor)
 
 
 def is_static(x) -> bool:

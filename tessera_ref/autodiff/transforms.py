@@ -14,7 +14,9 @@ from ..errors import AutodiffError, user_location
 from ..frontend.graph import GraphFunction
 from ..ops.adjoint import constant
 from ..ir.types import COMPLEX64
+from ..ops import fft
 from ..ops.collective import to_layout
+from ..ops.elementwise import mul
 from ..ops.values import Tracer, asarray, current_trace, is_weak_scalar
 from . import effects
 from .forward import tangents as forward_tangents
@@ -56,10 +58,9 @@ def _as_value(x, trace, what: str) -> Tracer:
 def _fresh(x) -> Tracer:
     """A new value equal to ``x`` (``x · 1``, exact), so that uses of the differentiated argument
     are told apart from uses of the same value closed over by the function (AD-NEST-1)."""
-    from .. import op
     if x.type.policy is COMPLEX64:
-        return op.complex(op.real(x), op.imag(x))
-    return op.mul(x, constant(1.0, x.type.policy), **({"seed": 0} if x.type.policy.rounding == "stochastic" else {}))
+        return fft.complex(fft.real(x), fft.imag(x))
+    return mul(x, constant(1.0, x.type.policy), **({"seed": 0} if x.type.policy.rounding == "stochastic" else {}))
 
 
 def _argnums(argnums, nargs: int, name: str) -> tuple:

@@ -17,6 +17,7 @@ The normative rules are the ``MESH-*`` clauses of ``docs/spec/mesh.md``.
 from types import SimpleNamespace
 
 from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError
+from ..ir import redistribution_plan
 
 from ..ops.collective import all_gather, all_reduce, all_to_all, reduce_scatter
 from ..ops.collective import collective_permute as permute
@@ -24,7 +25,6 @@ from .collectives import REDUCE_OPS, broadcast, check_pending, mailbox_scope, re
 from .events import listen
 from .execute import run_sharded  # importing it registers DistTensor with the op dispatcher
 from .mesh import Mesh, default_shape, mesh
-from .redistribute import plan as redistribution_plan
 from .redistribute import redistribute
 from .spec import PARTITION_NAMES, ShardSpec
 from .tensor import DistTensor, from_shards, tensor

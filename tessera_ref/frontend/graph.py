@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 
 from .. import context
+from ..dist import DistTensor
 from ..errors import OpError, TraceError, user_location
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ir.levels import LEVELS
@@ -171,7 +172,7 @@ class GraphFunction:
 
 
 def _is_dist(x) -> bool:
-    return type(x).__name__ == "DistTensor" and hasattr(x, "mesh")
+    return isinstance(x, DistTensor)
 
 
 def module(name: str | None = None, *, rewrite: bool = True, backend=None):

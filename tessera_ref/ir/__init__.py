@@ -7,6 +7,8 @@ Plain Python objects with MLIR's names and concepts:
 - :mod:`~tessera_ref.ir.types`: tensor, scalar, index and function types;
 - :mod:`~tessera_ref.ir.attributes`: attribute values with exact text (dense constants,
   symbol references, bit-exact floats);
+- :mod:`~tessera_ref.ir.layout`: sharding layouts; :mod:`~tessera_ref.ir.redistribute`: the
+  plan that moves a tensor between two of them;
 - :mod:`~tessera_ref.ir.printer` / :mod:`~tessera_ref.ir.parser`: the one text format,
   MLIR generic syntax; print -> parse -> print is byte-identical;
 - :mod:`~tessera_ref.ir.registry`: per-op verification hooks and traits (side effects,
@@ -33,13 +35,14 @@ from .passes import (
     eliminate_dead_code,
 )
 from .printer import format_attribute, print_op
+from .redistribute import plan as redistribution_plan
 from .registry import OPS, OpInfo, has_side_effects, is_trivially_dead, op_info, register_op
 from .rewrite import PatternRewriter, RewritePattern, apply_patterns_greedily
 from .types import FunctionType, IndexType, ScalarType, TensorType, Type
 from .verifier import verify
 
 __all__ = [
-    "ShardLayout",
+    "ShardLayout", "redistribution_plan",
     "Value", "OpResult", "BlockArgument", "Operation", "Block", "Region", "Module", "MODULE",
     "Type", "TensorType", "ScalarType", "IndexType", "FunctionType",
     "DenseAttr", "SymbolRef", "attr_key", "format_attribute",

@@ -9,9 +9,15 @@ from . import cast, collective, constant, elementwise, fft, linalg, math, nn, ra
 from .bind import bind
 from .primitive import (NOT_DIFFERENTIABLE, PRIMITIVES, RULES, Attr, Call, Cost, Primitive, define,
                         missing_rules, primitive, primitive_of)
-from .values import Array, Trace, Tracer, asarray
+from .values import FUNCTIONS, Array, Trace, Tracer, asarray
 
 FAMILIES = (constant, elementwise, math, cast, reduction, shape, linalg, sparse, nn, fft, random, collective)
+
+# Fill the registry through which tensors' operators (values) and derivative rules (adjoint) call the ops.
+for _family in FAMILIES:
+    for _name in _family.__all__:
+        setattr(FUNCTIONS, _name, getattr(_family, _name))
+del _family, _name
 
 __all__ = ["PRIMITIVES", "Primitive", "Attr", "Call", "Cost", "define", "primitive", "primitive_of",
            "missing_rules", "NOT_DIFFERENTIABLE", "RULES", "bind", "Array", "Tracer", "Trace", "asarray",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import importlib
 from collections.abc import Mapping
 
 import numpy as np
@@ -28,7 +27,7 @@ from ..numerics.rng import RNGKey
 from .bind import bind
 from .primitive import PRIMITIVES, primitive
 from .typecheck import SEED_ATTR
-from .values import asarray
+from .values import FUNCTIONS, asarray
 
 __all__ = ["op", "rule_keys", "derivative_seed", "accum_policy", "in_accum", "constant", "eye", "mT", "zeros", "zeros_like", "unbroadcast", "pad_axis", "dilate_axis",
            "linear_jvp", "materialize", "seed_of", "along", "sum_terms", "cast_to"]
@@ -91,9 +90,9 @@ def op(attrs=None):
     accepts, and no two of its ops share random bits); other calls are left as they are (no
     seed attribute in the IR of deterministic policies). Outside a scope — a rule applied by
     hand — the keys count from the call's ``seed`` in ``attrs`` (position 0), per ``op(...)``
-    object. The module is imported late: the op families import this module."""
+    object."""
     keys = _SCOPE.get() or _Keys((attrs or {}).get("seed"), 0)
-    return _Seeded(importlib.import_module("tessera_ref.op"), keys)
+    return _Seeded(FUNCTIONS, keys)
 
 
 def _stochastic(x) -> bool:
@@ -103,8 +102,8 @@ def _stochastic(x) -> bool:
 class _Seeded:
     """``tessera_ref.op`` giving stochastic-rounding ops a seed (see :func:`op`)."""
 
-    def __init__(self, module, keys: _Keys):
-        self._module, self._keys = module, keys
+    def __init__(self, functions, keys: _Keys):
+        self._functions, self._keys = functions, keys
 
     def seed_for(self, policy) -> dict:
         """The ``seed`` keyword of a conversion into ``policy``: the next seed when it rounds
@@ -112,7 +111,7 @@ class _Seeded:
         return {"seed": self._keys.next() if getattr(policy, "rounding", None) == "stochastic" else None}
 
     def __getattr__(self, name: str):
-        fn = getattr(self._module, name)
+        fn = getattr(self._functions, name)
         prim = PRIMITIVES.get(name)
         if prim is None or prim.attrs.get("seed") is not SEED_ATTR["seed"]:
             return fn

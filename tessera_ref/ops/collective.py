@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..errors import AutodiffError, DTypeError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..ir.layout import PARTIAL_OPS
+from ..ir.redistribute import plan
 from .adjoint import constant, in_accum, op
 from .bind import bind
 from .primitive import Attr, Cost, define, primitive
@@ -158,7 +159,6 @@ _OP = {"op": Attr("sum", check_str_choice(*ALL_REDUCE_OPS), "the reduction")}
 def to_layout(x, layout: ShardLayout):
     """``x`` moved into ``layout`` by the collective ops of MESH-REDIST-1's plan (a value without
     a layout is whole on every device). On tracers this records the ops; on DistTensors it runs them."""
-    from ..dist.redistribute import plan  # the plan is a pure function of layouts
     current = x.type.layout or ShardLayout.replicated(x.type.rank)
     for kind, axis, dim in plan(current, layout):
         if kind == "all_reduce":

@@ -16,8 +16,8 @@ format with that policy's rounding; a bool is an ``i1`` scalar.
 """
 from __future__ import annotations
 
-import importlib
 import numbers
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -27,39 +27,40 @@ from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
 from ..numerics import Policy, as_policy, cast, get_format
 
-__all__ = ["Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar"]
+__all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar"]
 
 
-def _op():
-    return importlib.import_module("tessera_ref.op")
+#: Every op function by name (``FUNCTIONS.add``), as ``tessera_ref.op`` has them: a registry
+#: that ops/__init__ fills once the op families (which import this module) are defined.
+FUNCTIONS = SimpleNamespace()
 
 
 class TensorOperators:
     """Python operators and type properties shared by every tensor value — :class:`Array`,
-    :class:`Tracer` and :class:`~tessera_ref.dist.DistTensor` (they call ``tessera_ref.op``)."""
+    :class:`Tracer` and :class:`~tessera_ref.dist.DistTensor` (they call the op functions)."""
 
     __slots__ = ()
     __array_priority__ = 1000
 
-    def __add__(self, other): return _op().add(self, other)
-    def __radd__(self, other): return _op().add(other, self)
-    def __sub__(self, other): return _op().sub(self, other)
-    def __rsub__(self, other): return _op().sub(other, self)
-    def __mul__(self, other): return _op().mul(self, other)
-    def __rmul__(self, other): return _op().mul(other, self)
-    def __truediv__(self, other): return _op().div(self, other)
-    def __rtruediv__(self, other): return _op().div(other, self)
-    def __pow__(self, other): return _op().pow(self, other)
-    def __rpow__(self, other): return _op().pow(other, self)
-    def __matmul__(self, other): return _op().matmul(self, other)
-    def __rmatmul__(self, other): return _op().matmul(other, self)
-    def __neg__(self): return _op().neg(self)
-    def __abs__(self): return _op().abs(self)
-    def __lt__(self, other): return _op().less(self, other)
-    def __le__(self, other): return _op().less_equal(self, other)
-    def __gt__(self, other): return _op().greater(self, other)
-    def __ge__(self, other): return _op().greater_equal(self, other)
-    def __getitem__(self, index): return _op().getitem(self, index)
+    def __add__(self, other): return FUNCTIONS.add(self, other)
+    def __radd__(self, other): return FUNCTIONS.add(other, self)
+    def __sub__(self, other): return FUNCTIONS.sub(self, other)
+    def __rsub__(self, other): return FUNCTIONS.sub(other, self)
+    def __mul__(self, other): return FUNCTIONS.mul(self, other)
+    def __rmul__(self, other): return FUNCTIONS.mul(other, self)
+    def __truediv__(self, other): return FUNCTIONS.div(self, other)
+    def __rtruediv__(self, other): return FUNCTIONS.div(other, self)
+    def __pow__(self, other): return FUNCTIONS.pow(self, other)
+    def __rpow__(self, other): return FUNCTIONS.pow(other, self)
+    def __matmul__(self, other): return FUNCTIONS.matmul(self, other)
+    def __rmatmul__(self, other): return FUNCTIONS.matmul(other, self)
+    def __neg__(self): return FUNCTIONS.neg(self)
+    def __abs__(self): return FUNCTIONS.abs(self)
+    def __lt__(self, other): return FUNCTIONS.less(self, other)
+    def __le__(self, other): return FUNCTIONS.less_equal(self, other)
+    def __gt__(self, other): return FUNCTIONS.greater(self, other)
+    def __ge__(self, other): return FUNCTIONS.greater_equal(self, other)
+    def __getitem__(self, index): return FUNCTIONS.getitem(self, index)
 
     def __iter__(self):
         """The sub-tensors along axis 0 (``x[0]``, ``x[1]``, ...)."""
@@ -72,26 +73,26 @@ class TensorOperators:
     @property
     def T(self):
         """All axes reversed, as NumPy's ``.T`` (the matrix transpose for rank 2)."""
-        return _op().transpose(self)
+        return FUNCTIONS.transpose(self)
 
     @property
     def mT(self):
         """The last two axes swapped (a batched matrix transpose)."""
         rank = len(self.shape)
         if rank < 2:
-            return _op().transpose(self)
-        return _op().transpose(self, tuple(range(rank - 2)) + (rank - 1, rank - 2))
+            return FUNCTIONS.transpose(self)
+        return FUNCTIONS.transpose(self, tuple(range(rank - 2)) + (rank - 1, rank - 2))
 
     def reshape(self, *shape):
-        return _op().reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
+        return FUNCTIONS.reshape(self, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape)
 
     def astype(self, dtype, **policy):
-        return _op().cast(self, dtype, **policy)
+        return FUNCTIONS.cast(self, dtype, **policy)
 
-    def sum(self, axis=None): return _op().sum(self, axis=axis)
-    def mean(self, axis=None): return _op().mean(self, axis=axis)
-    def max(self, axis=None): return _op().max(self, axis=axis)
-    def min(self, axis=None): return _op().min(self, axis=axis)
+    def sum(self, axis=None): return FUNCTIONS.sum(self, axis=axis)
+    def mean(self, axis=None): return FUNCTIONS.mean(self, axis=axis)
+    def max(self, axis=None): return FUNCTIONS.max(self, axis=axis)
+    def min(self, axis=None): return FUNCTIONS.min(self, axis=axis)
 
     @property
     def policy(self):

@@ -1,4 +1,4 @@
-"""``tessera-ref sim`` (SIM-CLI-1), run as a subprocess."""
+"""``tessera-ref sim`` (SIM-CLI-1; tessera_ref/cli/sim.py), run as a subprocess."""
 import json
 import subprocess
 import sys

@@ -6,17 +6,15 @@ import sys
 
 from ..errors import SimError, TesseraError
 from ..runner import run_path
-from .active import last_used, use
-from .machine import Machine
-from .presets import preset_card, presets_table
+from ..sim import Machine, last_used, preset_card, presets_table, use
 
-__all__ = ["add_sim_parser", "run_sim"]
+__all__ = ["add_parser", "run"]
 
 DEFAULT_PRESET = "GB200-NVL72"
 
 
-def add_sim_parser(sub) -> None:
-    """Add the ``sim`` subcommand to the ``tessera-ref`` subparsers ``sub``."""
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Add ``sim`` to the ``tessera-ref`` subparsers ``sub``; returns its parser."""
     p = sub.add_parser("sim", help="run a Python file on a simulated GPU machine and print its report; "
                                    "--presets prints the hardware presets",
                        description="Run FILE (where `import tessera` means tessera_ref) with a simulated machine "
@@ -28,13 +26,14 @@ def add_sim_parser(sub) -> None:
     p.add_argument("--preset", help=f"the hardware preset (default {DEFAULT_PRESET}); see --presets")
     p.add_argument("--devices", type=int, help="number of devices (default: one NVLink domain of the preset)")
     p.add_argument("--trace", metavar="OUT.json", help="write the timeline as a Chrome trace (open in ui.perfetto.dev)")
+    return p
 
 
 def _recorded(m: Machine) -> bool:
     return bool(m.timeline.events) or any(m.memory.peak(d) for d in range(m.n_devices))
 
 
-def run_sim(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Carry out ``tessera-ref sim`` for the parsed ``args``; returns the exit status."""
     try:
         if args.presets:

@@ -1,18 +1,9 @@
+"""``tessera-ref formats`` (tessera_ref/cli/formats.py)."""
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tessera_ref import __version__
 from tessera_ref.cli import main
-
-
-def test_version_and_help():
-    out = subprocess.run([sys.executable, "-m", "tessera_ref.cli", "--version"], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout.strip() == f"tessera-ref {__version__}"
-    out = subprocess.run([sys.executable, "-m", "tessera_ref.cli", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0 and "formats" in out.stdout
 
 
 def test_formats_table_lists_every_format(capsys):

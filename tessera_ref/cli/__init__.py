@@ -1,0 +1,36 @@
+"""The ``tessera-ref`` command: one module per subcommand, each with ``add_parser(sub)`` (its
+parser) and ``run(args)`` (its exit status)."""
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+from . import demo, formats, ops, run, sim
+
+__all__ = ["main", "build_parser"]
+
+#: The subcommands, in the order ``--help`` lists them.
+COMMANDS = (formats, ops, run, demo, sim)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``tessera-ref`` with every subcommand's."""
+    parser = argparse.ArgumentParser(
+        prog="tessera-ref",
+        description="tessera_ref: the exact reference implementation of the Tessera programming model.",
+    )
+    parser.add_argument("--version", action="version", version=f"tessera-ref {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub).set_defaults(handler=command.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``tessera-ref`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return args.handler(args)
