@@ -4,9 +4,9 @@
 op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
 the ops without one, and why): a tile is a thread block, a lane a thread
 (``threadIdx.x``), tile ids are ``blockIdx``; global buffers are row-major pointers;
-``alloc`` is a ``__shared__`` array
-whose rows are padded by ``pad`` elements and whose byte offsets go through
-``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with ``swizzle = "xor"``; a view is a base pointer
+``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
+byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
+``swizzle = "xor"``; a view is a base pointer
 plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
 element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
