@@ -43,6 +43,7 @@ from .numerics import (
     int4,
     int8,
 )
+from .backends import cuda as _cuda  # noqa: F401 - registers the CUDA C text as the "target" IR level
 
 __version__ = "0.1.0"
 

@@ -674,7 +674,7 @@ class Kernel:
 
     def inspect_ir(self, level: str = "tile") -> str:
         """The kernel's IR text at ``level``: ``"tile"``, or ``"target"`` (the CUDA C text,
-        labelled not yet compiled; :mod:`tessera_ref.lowering` registers it). A ``@kernel``
+        labelled not yet compiled; :mod:`tessera_ref.backends.cuda` registers it). A ``@kernel``
         is written at the tile level, so it has no ``"graph"`` or ``"schedule"`` IR."""
         if level == "tile":
             return str(self.module)

@@ -38,6 +38,7 @@ from ..ir.launch import Launch
 from ..numerics import get_format
 from ..sim.presets import get_preset
 from .cost import kernel_cost
+from .family import family_of
 from .graph_to_schedule import graph_to_schedule
 
 __all__ = ["Trial", "AutotuneResult", "sweep", "autotune_kernel", "autotune_schedule", "shared_bytes",
@@ -253,7 +254,6 @@ def autotune_schedule(graph, space: dict, preset="H100", *, op_index: int | None
                             fix="space=dict(tile=[(64, 64, 32), (128, 128, 32)], stages=[2, 3])")
     func = graph if isinstance(graph, Operation) and graph.name == "tessera.func" else graph.body.first_op
     ops = list(func.regions[0].entry)
-    from .graph_to_schedule import family_of
     index = op_index if op_index is not None else next((i for i, o in enumerate(ops) if family_of(o)), None)
     if index is None or family_of(ops[index]) is None:
         raise AutotuneError("no op with a tile lowering to tune", fix="pass op_index= of a matmul, softmax, ...")

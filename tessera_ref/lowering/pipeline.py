@@ -1,18 +1,32 @@
 """The lowering pipeline in one call, and the IR views ``inspect_ir`` shows."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from .. import context
 from ..errors import LoweringError
+from ..frontend.kernel import Kernel
 from ..ir import schedule as S
 from ..ir.levels import LEVELS
 from ..ops.execute import call_of, evaluate
 from .graph_to_schedule import graph_to_schedule
 from .schedule_to_tile import LoweredProgram, schedule_to_tile
 
-__all__ = ["lower", "inspect", "inspect_graph", "run_schedule", "LEVELS"]
+__all__ = ["lower", "inspect", "inspect_graph", "run_schedule", "register_target", "LEVELS", "TARGETS"]
 
+
+#: Renderers of Tile IR as text, by IR level (``"target"``). The renderers live in backends,
+#: above the lowering, so they register themselves here (:func:`register_target`).
+TARGETS: dict[str, Callable] = {}
+
+
+def register_target(level: str, render: Callable) -> None:
+    """Make ``render(tile_module) -> str`` the text of IR level ``level`` of lowered programs
+    (:func:`inspect`) and of ``@kernel`` objects (``Kernel.inspect_ir``)."""
+    TARGETS[level] = render
+    Kernel._ir_views[level] = lambda kernel: render(kernel.module)
 
 
 def lower(graph, directives: dict | None = None, *, per_op: dict | None = None) -> LoweredProgram:
@@ -40,14 +54,14 @@ def run_schedule(schedule, *arrays) -> list:
 
 
 def inspect(program: LoweredProgram, level: str) -> str:
-    """The text of ``program`` at ``level``: Schedule IR, Tile IR, or the CUDA C target text."""
+    """The text of ``program`` at ``level``: Schedule IR, Tile IR, or a registered target's
+    text (``"target"``: the CUDA C of :mod:`tessera_ref.backends.cuda`)."""
     if level == "schedule":
         return str(program.schedule)
     if level == "tile":
         return str(program.tile)
-    if level == "target":
-        from .cuda import emit_cuda
-        return emit_cuda(program.tile)
+    if level in TARGETS:
+        return TARGETS[level](program.tile)
     raise LoweringError(f"inspect_ir: unknown IR level {level!r}", fix=f"use 'graph' or one of {', '.join(LEVELS)}")
 
 

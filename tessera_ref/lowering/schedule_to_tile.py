@@ -1,11 +1,11 @@
 """Schedule IR -> Tile IR, and the lowered program the backends run.
 
 :func:`schedule_to_tile` lowers every ``tessera.schedule.kernel`` of a Schedule IR function
-with its family's template (:mod:`.tile_matmul`, :mod:`.tile_rows`,
-:mod:`.tile_elementwise`, :mod:`.tile_attention`) into one tile kernel; the kernels form one Tile IR module, each
-``tessera.func`` carrying its launch as ``launch.grid`` and ``launch.lanes`` (LOWER-PLAN-1).
-``tessera.graph.constant`` ops stay on the host (their values become global buffers); any
-other op without a tile lowering is a :class:`~tessera_ref.errors.LoweringError`.
+with its kernel family's template (``KernelFamily.template``, :mod:`.family`) into one tile
+kernel; the kernels form one Tile IR module, each ``tessera.func`` carrying its launch as
+``launch.grid`` and ``launch.lanes`` (LOWER-PLAN-1). ``tessera.graph.constant`` ops stay on
+the host (their values become global buffers); any other op without a tile lowering is a
+:class:`~tessera_ref.errors.LoweringError`.
 
 :class:`LoweredProgram` runs the host program: constants, then each kernel in order on
 fresh output buffers, then the function's results — each kernel launched by the current
@@ -22,18 +22,10 @@ from ..ir import Module, Operation
 from ..ir import schedule as S
 from ..ir.builtin import FUNC, RETURN
 from ..ir.verifier import verify
-from .graph_to_schedule import family_of
+from .family import describe_families, family_of
 from .plan import KernelPlan, the_op
-from .tile_attention import lower_attention
-from .tile_elementwise import lower_elementwise
-from .tile_matmul import lower_matmul
-from .tile_rows import lower_rows
 
-__all__ = ["schedule_to_tile", "LoweredProgram", "TEMPLATES"]
-
-#: Kernel family -> template ``lower(kernel_op, name) -> KernelPlan``.
-TEMPLATES = {"matmul": lower_matmul, "rows": lower_rows, "elementwise": lower_elementwise,
-             "attention": lower_attention}
+__all__ = ["schedule_to_tile", "LoweredProgram"]
 
 _HOST_OPS = ("tessera.graph.constant",)
 
@@ -55,12 +47,12 @@ class LoweredProgram:
 
 
 def _lower_kernel(kop: Operation, name: str) -> KernelPlan:
-    family = family_of(the_op(kop))
-    template = TEMPLATES.get(family)
-    if template is None:
-        raise LoweringError(f"'{the_op(kop).name}' ({family} family) has Schedule IR but no Tile IR lowering yet",
-                            location=kop.location, fix=f"tile lowerings exist for the {', '.join(TEMPLATES)} families")
-    plan = template(kop, name)
+    op = the_op(kop)
+    family = family_of(op)
+    if family is None:
+        raise LoweringError(f"'{op.name}' has Schedule IR but no kernel family, so no Tile IR lowering",
+                            location=kop.location, fix=f"tile lowerings exist for {describe_families()}")
+    plan = family.template(kop, name)
     plan.func.attributes["launch.grid"] = list(plan.grid)
     plan.func.attributes["launch.lanes"] = plan.lanes
     return plan
@@ -87,7 +79,6 @@ def schedule_to_tile(schedule: Module, name: str | None = None) -> LoweredProgra
         elif op.name != RETURN:
             raise LoweringError(f"'{op.name}' has no tile lowering: {', '.join(str(v.type) for v in op.operands)} "
                                 f"-> {', '.join(str(r.type) for r in op.results)}", location=op.location,
-                                fix="lowerable ops: matmul, flash_attention, softmax, layernorm_safe, rmsnorm_safe, "
-                                    "sum/mean/max/min over contiguous axes, same-shape elementwise arithmetic")
+                                fix=f"lowerable ops: {describe_families()}")
     verify(tile)
     return LoweredProgram(schedule, tile, func, steps)

@@ -165,8 +165,7 @@ def _define_arith(name: str):
     vjp, jvp = elementwise_rules(_ARITH_SCALES.get(name) or _arith_scales(name))
     return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name), shard=_SHARD.get(name, elementwise_rule),
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
-                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR), vjp=vjp, jvp=jvp,
-                  lower=None if name == "fma" else "elementwise")
+                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR), vjp=vjp, jvp=jvp)
 
 
 ADD, SUB, MUL, DIV, FMA, NEG, ABS, MINIMUM, MAXIMUM = (_define_arith(n) for n in _ARITH)

@@ -186,7 +186,7 @@ def _matmul_jvp(attrs, primals, tangents, results):
 
 
 MATMUL = define("matmul", infer=_matmul_infer, impl=_matmul_impl, cost=_matmul_cost, spec="GRAPH-MATMUL-1",
-                shard=_matmul_shard, vjp=_matmul_vjp, jvp=_matmul_jvp, lower="matmul",
+                shard=_matmul_shard, vjp=_matmul_vjp, jvp=_matmul_jvp,
                 attrs={"transpose_a": Attr(False, check_bool, "use a transposed in its last two axes"),
                        "transpose_b": Attr(False, check_bool, "use b transposed in its last two axes"),
                        "tile_shape": Attr(None, _check_tile_shape, "(BM, BN, BK) for the lowering; "

@@ -119,7 +119,7 @@ def _softmax_jvp(attrs, primals, tangents, results):
 
 
 SOFTMAX = define("softmax", infer=_softmax_infer, impl=_softmax_impl, spec="GRAPH-SOFTMAX-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
-                 vjp=_softmax_vjp, jvp=_softmax_jvp, lower="rows",
+                 vjp=_softmax_vjp, jvp=_softmax_jvp,
                  cost=lambda call: Cost(5 * numel(call.out_types[0]),
                                         nbytes(call.in_types[0]) + nbytes(call.out_types[0])),
                  attrs={**_axis_attr("the axis softmax normalizes"), **SEED_ATTR},
@@ -272,11 +272,11 @@ def _norm_jvp(center: bool):
 
 
 LAYERNORM_SAFE = define("layernorm_safe", infer=_norm_infer("layernorm_safe", ("weight", "bias")),
-                        vjp=_norm_vjp(True), jvp=_norm_jvp(True), lower="rows",
+                        vjp=_norm_vjp(True), jvp=_norm_jvp(True),
                         impl=_layernorm_impl, cost=_norm_cost(7), spec="GRAPH-LAYERNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                         attrs=_norm_attrs(1e-5), canonicalize=_canonical_axis("layernorm_safe"))
 RMSNORM_SAFE = define("rmsnorm_safe", infer=_norm_infer("rmsnorm_safe", ("weight",)),
-                      vjp=_norm_vjp(False), jvp=_norm_jvp(False), lower="rows",
+                      vjp=_norm_vjp(False), jvp=_norm_jvp(False),
                       impl=_rmsnorm_impl, cost=_norm_cost(4), spec="GRAPH-RMSNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
                       attrs=_norm_attrs(1e-6), canonicalize=_canonical_axis("rmsnorm_safe"))
 
@@ -433,7 +433,7 @@ def _attention_jvp(attrs, primals, tangents, results):
 
 FLASH_ATTENTION = define(
     "flash_attention", infer=_attention_infer, impl=_attention_impl, cost=_attention_cost,
-    vjp=_attention_vjp, jvp=_attention_jvp, lower="attention",
+    vjp=_attention_vjp, jvp=_attention_jvp,
     spec="GRAPH-FLASHATTENTION-1", shard=batch_rule(2),
     attrs={"causal": Attr(False, check_bool, "mask key t from query i unless t <= i + (Sk - Sq)"),
            "scale": Attr(None, _check_float(nonnegative=False),

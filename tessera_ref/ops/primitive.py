@@ -10,9 +10,13 @@ A :class:`Primitive` is one op of the Graph level (``"tessera.graph.<name>"``) a
 - ``impl(call, *arrays)`` — the exact reference semantics on arrays of the operands'
   storage dtypes, returning arrays of the result types' dtypes (the spec clause ``spec``);
 - ``cost(call)`` — a :class:`Cost`: FLOPs and bytes moved, for the simulator's roofline;
-- ``vjp``, ``jvp``, ``shard``, ``lower`` — slots the autodiff, mesh and tile issues fill.
-  :data:`NOT_DIFFERENTIABLE` in ``vjp``/``jvp`` says so explicitly; ``None`` is "missing",
-  which :func:`missing_rules` reports.
+- ``vjp``, ``jvp``, ``shard`` — slots the autodiff and mesh issues fill;
+- ``kernel_family`` — the lowering's kernel family that turns the op into Tile IR. The
+  lowering lies above this package, so each family fills the slot of its primitives itself
+  (``tessera_ref.lowering.family.register_family``).
+
+:data:`NOT_DIFFERENTIABLE` in ``vjp``/``jvp`` says so explicitly; ``None`` in a slot is
+"missing", which :func:`missing_rules` reports.
 
 Defining a primitive registers its IR name with :func:`tessera_ref.ir.register_op`, with a
 verify hook that re-runs ``infer`` on the op's operand types and attributes and compares the
@@ -36,7 +40,7 @@ __all__ = ["Primitive", "Attr", "Call", "Cost", "PRIMITIVES", "GRAPH_DIALECT", "
 GRAPH_DIALECT = "tessera.graph"
 
 #: The rules every primitive has a slot for, in the order they are reported.
-RULES = ("infer", "impl", "cost", "vjp", "jvp", "shard", "lower")
+RULES = ("infer", "impl", "cost", "vjp", "jvp", "shard", "kernel_family")
 
 
 class _Marker:
@@ -106,7 +110,7 @@ class Primitive:
     vjp: object = None
     jvp: object = None
     shard: object = None
-    lower: object = None
+    kernel_family: object = None  # set by the lowering's register_family (ops cannot import lowering)
     canonicalize: Callable | None = None
     layout_aware: bool = False
 
@@ -199,7 +203,7 @@ def _verify_hook(prim: Primitive):
 
 
 def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: str,
-           attrs: dict | None = None, vjp=None, jvp=None, shard=None, lower=None,
+           attrs: dict | None = None, vjp=None, jvp=None, shard=None,
            canonicalize: Callable | None = None, layout_aware: bool = False) -> Primitive:
     """Define and register the primitive ``name`` (once); see the module docstring."""
     if name in PRIMITIVES:
@@ -207,8 +211,8 @@ def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: 
     for key, value in (attrs or {}).items():
         if not isinstance(value, Attr):
             raise OpError(f"attribute {key!r} of {name!r} must be declared with Attr(...)")
-    prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard, lower, canonicalize,
-                     layout_aware)
+    prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard,
+                     canonicalize=canonicalize, layout_aware=layout_aware)
     register_op(prim.ir_name, verify=_verify_hook(prim))
     PRIMITIVES[name] = prim
     _BY_IR_NAME[prim.ir_name] = prim

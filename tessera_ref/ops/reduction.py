@@ -234,7 +234,7 @@ def _reduce_jvp(name: str):
 def _define_reduce(name: str):
     return define(name, infer=_reduce_infer(name), impl=_reduce_impl(name), cost=_cost, shard=_reduce_shard(name),
                   spec=f"GRAPH-{name.upper()}-1", canonicalize=_canonical_axes(name, False),
-                  vjp=_reduce_vjp(name), jvp=_reduce_jvp(name), lower="rows",
+                  vjp=_reduce_vjp(name), jvp=_reduce_jvp(name),
                   attrs={"axis": Attr(None, check_int_tuple, _AXIS_DOC), **_KEEPDIMS, **SEED_ATTR})
 
 

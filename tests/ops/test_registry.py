@@ -56,3 +56,17 @@ def test_cli_ops_reports_every_op_and_its_gaps():
                              text=True, check=True).stdout
     listed = {line.split()[0] for line in missing.splitlines()[1:] if line.strip() and line.split()[0] in PRIMITIVES}
     assert listed == set(missing_rules())
+
+
+def test_kernel_family_slots_hold_the_registered_family_objects():
+    """``kernel_family`` holds a family object the lowering registered (never a name), and each
+    family lists exactly the primitives whose slot holds it."""
+    from tessera_ref.lowering.family import FAMILIES, KernelFamily
+
+    lowered = {name: p.kernel_family for name, p in PRIMITIVES.items() if p.kernel_family is not None}
+    assert set(lowered) == {"matmul", "flash_attention", "softmax", "layernorm_safe", "rmsnorm_safe", "sum", "mean",
+                            "max", "min", "add", "sub", "mul", "div", "neg", "abs", "maximum", "minimum"}
+    for name, family in lowered.items():
+        assert isinstance(family, KernelFamily) and FAMILIES[family.name] is family and name in family.ops()
+    assert sorted(n for f in FAMILIES.values() for n in f.ops()) == sorted(lowered)
+    assert "kernel_family" in missing_rules()["fma"]

@@ -1,5 +1,8 @@
 """The tile interpreter: runs a Tile IR kernel over a grid, one tile at a time (TILE-EXEC-1).
 
+Every op runs through its handler in :data:`HANDLERS`, keyed by Tile IR op name like the
+CUDA renderer's rules (:data:`NO_HANDLER` names the ops without one, and why).
+
 Within a tile every op runs once for all lanes at once: a lane value is a NumPy array of
 one entry per lane, or a NumPy scalar when it is uniform (the same for every lane). The
 *mask* says which lanes are active; a lane-varying ``if`` runs both regions, each under its
@@ -35,7 +38,7 @@ from .counters import Counters, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .report import TileReport
 
-__all__ = ["run"]
+__all__ = ["run", "HANDLERS", "NO_HANDLER"]
 
 #: Index (integer) arithmetic, comparisons (any values) and mask logic; float arithmetic is
 #: :mod:`.arith`'s.
@@ -222,7 +225,7 @@ class Run:
                 return [env[v] for v in op.operands]
             if name == "tessera.return":
                 return []
-            handler = _HANDLERS.get(name)
+            handler = HANDLERS.get(name)
             if handler is None:
                 raise KernelError(f"the tile interpreter has no rule for '{name}'", location=op.location,
                                   fix="emit tessera.tile ops only")
@@ -752,13 +755,17 @@ def _collective_in(run, op):
     return run._cache[key]
 
 
-_HANDLERS = {T._name(k): v for k, v in {
+#: The handler of each Tile IR op: ``handler(run, op, mask)`` returns its result(s).
+HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
     "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
     "select": _select, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
     "if": _if}.items()}
+
+#: The Tile IR ops without a handler, and why.
+NO_HANDLER = {T.YIELD: "the terminator of for/if regions: Run.block returns its operands to the for/if handler"}
 
 
 def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool = True,

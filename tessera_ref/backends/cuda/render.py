@@ -1,10 +1,12 @@
 """Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), NOT compiled in this build.
 
 :func:`emit_cuda` prints every tile kernel of a module as one ``__global__`` function, op by
-op (LOWER-TARGET-1): a tile is a thread block, a lane a thread (``threadIdx.x``), tile ids are
-``blockIdx``; global buffers are row-major pointers; ``alloc`` is a ``__shared__`` array
-whose rows are padded by ``pad`` elements and whose byte offsets go through
-``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with ``swizzle = "xor"``; a view is a base pointer
+op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
+the ops without one, and why): a tile is a thread block, a lane a thread
+(``threadIdx.x``), tile ids are ``blockIdx``; global buffers are row-major pointers;
+``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
+byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
+``swizzle = "xor"``; a view is a base pointer
 plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
 element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
@@ -38,12 +40,13 @@ from __future__ import annotations
 
 import math
 
-from ..errors import LoweringError
-from ..ir import Module
-from ..ir import tile as T
-from ..ir.types import IndexType, ScalarType, TensorType
+from ...errors import LoweringError
+from ...ir import Module
+from ...ir import tile as T
+from ...ir.builtin import RETURN
+from ...ir.types import IndexType, ScalarType, TensorType
 
-__all__ = ["emit_cuda", "HEADER"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -182,15 +185,15 @@ class _Emitter:
 
     def block(self, block) -> None:
         for op in block:
-            short = op.name.rsplit(".", 1)[-1]
-            if op.name == "tessera.return" or short == "yield":
-                continue
+            if op.name in (RETURN, T.YIELD):
+                continue  # the kernel's end; a region's yield is assigned by its for/if rule
             self.location = op.location
-            handler = getattr(self, f"op_{short}", None)
-            if handler is None:
-                raise LoweringError(f"the CUDA emitter has no rule for '{op.name}'", location=op.location,
-                                    fix="extend tessera_ref/lowering/cuda.py")
-            handler(op)
+            rule = RULES.get(op.name)
+            if rule is None:
+                why = f": {NO_RULE[op.name]}" if op.name in NO_RULE else ""
+                raise LoweringError(f"the CUDA emitter has no rule for '{op.name}'{why}", location=op.location,
+                                    fix="extend RULES in tessera_ref/backends/cuda/render.py")
+            rule(self, op)
 
     def value(self, op, expr: str) -> None:
         r = op.results[0]
@@ -503,6 +506,26 @@ class _Emitter:
             self._assign(results, block.last_op.operands, [r.type for r in op.results])
             self.indent -= 1
         self.emit("}")
+
+
+#: The rule of each Tile IR op: ``rule(emitter, op)`` emits its C text.
+RULES = {T._name(short): rule for short, rule in {
+    "lane_id": _Emitter.op_lane_id, "linear_id": _Emitter.op_linear_id, "num_lanes": _Emitter.op_num_lanes,
+    "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
+    "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
+    "cast": _Emitter.op_cast, "select": _Emitter.op_select, "load": _Emitter.op_load, "store": _Emitter.op_store,
+    "alloc": _Emitter.op_alloc, "subview": _Emitter.op_subview, "cp_async": _Emitter.op_cp_async,
+    "cp_async_commit": _Emitter.op_cp_async_commit, "cp_async_wait": _Emitter.op_cp_async_wait,
+    "barrier": _Emitter.op_barrier, "fill": _Emitter.op_fill, "frag_load": _Emitter.op_frag_load,
+    "frag_store": _Emitter.op_frag_store, "mma": _Emitter.op_mma, "for": _Emitter.op_for,
+    "if": _Emitter.op_if}.items()}
+
+#: The Tile IR ops without a rule, and why.
+NO_RULE = {
+    T.YIELD: "the terminator of for/if regions, whose rules assign its operands",
+    T._name("reduce"): "a fragment reduction across lanes needs a combine in the NUM-RED-2 order that the "
+                           "emitter does not write yet (the lowering's row kernels spell it out as butterflies)",
+}
 
 
 def emit_cuda(module: Module) -> str:

@@ -1,4 +1,10 @@
-"""Tile lowering of ``matmul``: shared-memory tiles, a multi-stage cp.async pipeline, mma.
+"""The matmul kernel family: shared-memory tiles, a multi-stage cp.async pipeline, mma.
+
+The family of ``matmul`` (with or without ``C``; batch axes broadcast, ``transpose_a`` /
+``transpose_b``). Its schedule tiles the output matrix ``M × N`` and the contraction ``K``
+of :func:`matmul_dims` (the transposes applied) by (BM, BN, BK), each fitted to its
+dimension (SCHED-FIT-1); default (64, 64, 32), 128 lanes, shared staging with cp.async and 2
+stages. With ``shared`` the Schedule IR shows the operands staged by ``prefetch``.
 
 One tile computes a ``BM × BN`` block of ``D = A·B (+ C)`` (grid ``(M/BM, N/BN)``). The
 accumulator fragment starts at +0 (or the block of ``C``) and takes one ``mma`` per K tile,
@@ -34,6 +40,14 @@ transposing lane copy instead of cp.async: element ``e`` of the stored tile (row
 the global reads are coalesced) by lane ``e mod lanes``, written to its transposed place in
 the shared ``[BM, BK]`` (``[BK, BN]``) buffer. It needs ``shared``. The mma, and so every
 rounding, is the same as for untransposed operands.
+
+Cost (LOWER-COST-1, :func:`matmul_cost`): shared memory ``stages · (BM·(BK+pad) +
+BK·(BN+pad)) · itemsize`` (plus the ``BM·BN`` accum tile of the epilogue when storage is
+narrower than accum); HBM, per output matrix, each A row panel once per column tile and
+each B column panel once per row tile — a transposed operand's stored tile is read row by
+row, the same sectors; without shared staging the mma reads A by columns, a sector per
+element once rows are 32 bytes apart; FLOPs ``2·M·N·K`` per output matrix, what the tile
+interpreter counts for the ``mma`` (the epilogue's conversions are no FLOPs).
 """
 from __future__ import annotations
 
@@ -41,9 +55,11 @@ import math
 
 from ..errors import LoweringError
 from ..ir import tile as T
+from ..ops import primitive
+from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, each_element, the_op
 
-__all__ = ["lower_matmul", "matmul_dims"]
+__all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost"]
 
 
 def matmul_dims(op) -> tuple:
@@ -234,3 +250,46 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     func = kb.finish().body.first_op
     grid = (M // BM, N // BN) + ((P,) if batch else ())
     return KernelPlan(func.detach(), grid, lanes, shapes[:-1], shapes[-1:])
+
+
+def _fit(op, s: dict) -> dict:
+    _, m, n, k = matmul_dims(op)
+    return {"tile": [fit_size(m, s["tile"][0]), fit_size(n, s["tile"][1]), fit_size(k, s["tile"][2])]}
+
+
+def matmul_cost(M, N, K, tile, *, batch=1, itemsize=4, shared=True, padding=0, stages=2, async_copy=True,
+                with_c=False, dtype="f32", accum_itemsize=4, preset="H100") -> KernelCost:
+    """The cost of ``batch`` products ``[M, K] @ [K, N]`` (one per output matrix, however the
+    operands broadcast or are transposed) with tile ``(BM, BN, BK)`` (see the module
+    docstring); storage narrower than the accumulator adds the ``BM·BN`` accum tile of the
+    epilogue."""
+    BM, BN, BK = tile
+    stages = stages if shared and async_copy else 1
+    smem = stages * (BM * (BK + padding) + BK * (BN + padding)) * itemsize if shared else 0
+    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize else 0
+    tiles = batch * (M // BM) * (N // BN)
+    # staged tiles are copied row by row (coalesced); unstaged, the mma reads A a column at a time
+    a_bytes = itemsize if shared else min(32, K * itemsize)
+    hbm = batch * (M * K * (N // BN) * a_bytes + (K * N * (M // BM) + M * N * (2 if with_c else 1)) * itemsize)
+    flops = batch * 2 * M * N * K
+    overlap = shared and async_copy and stages >= 2
+    return KernelCost(smem, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, overlap, dtype, preset))
+
+
+def _cost(op, s: dict, preset) -> KernelCost:
+    batch, M, N, K = matmul_dims(op)
+    t = op.results[0].type
+    return matmul_cost(M, N, K, s["tile"], batch=math.prod(batch), itemsize=t.dtype.itemsize, shared=s["shared"],
+                       padding=s["padding"], stages=s["stages"], async_copy=s["async_copy"],
+                       with_c=len(op.operands) == 3, dtype=t.policy.storage.name,
+                       accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset)
+
+
+FAMILY = KernelFamily(
+    "matmul",
+    defaults=dict(tile=[64, 64, 32], lanes=128, vectorize=1, shared=True, padding=0, swizzle="none",
+                  async_copy=True, stages=2),
+    uses=("tile", "lanes", "shared", "padding", "swizzle", "async_copy", "stages"),
+    fit=_fit, template=lower_matmul, cost=_cost, staged=True,
+    scope="batch axes broadcast, C ending in the result's matrix shape")
+register_family(FAMILY, [primitive("matmul")])

@@ -5,13 +5,13 @@ import subprocess
 import ml_dtypes
 import numpy as np
 import pytest
-from lowering_helpers import lowered
 
+import tessera_ref as t
 from tessera_ref import kernel, op
+from tessera_ref.backends.cuda.render import emit_cuda
 from tessera_ref.errors import LoweringError
 from tessera_ref.ir import tile as T
-from tessera_ref.lowering import inspect
-from tessera_ref.lowering.cuda import emit_cuda
+from tessera_ref.lowering import inspect, lower
 
 # Just enough of CUDA for g++ to check the generated text's syntax and types (not its behaviour).
 SHIM = r"""
@@ -54,7 +54,7 @@ def _syntax_check(text, tmp_path):
 
 
 def _program(fn, *args, **directives):
-    return lowered(fn, *args, directives=directives or None)[3]
+    return lower(t.jit(fn).trace(*args), directives or None)
 
 
 A = np.ones((64, 64), np.float32)

@@ -1,4 +1,10 @@
-"""Tile lowering of ``flash_attention``: seed 003 §3.6's schedule as a tile kernel.
+"""The attention kernel family: ``flash_attention`` as seed 003 §3.6's tile kernel.
+
+Its schedule is the tile (Br, Bc, D): ``Br`` query rows fitted to ``Sq`` (SCHED-FIT-1),
+``Bc`` the op's ``block_k`` and ``D`` the head size; default Br 64, 128 lanes, cp.async
+with 2 stages. It honours ``tile``, ``lanes``, ``padding``, ``async_copy`` and ``stages``:
+its operands are always staged in shared memory (``prefetch`` in the Schedule IR), never
+swizzled.
 
 One tile owns ``Br`` query rows of one batch entry (grid ``(Sq/Br, batch)``) and walks the
 keys in blocks of ``Bc = block_k`` — the op's own block size, because the blocked online
@@ -9,7 +15,7 @@ softmax *is* the op's definition (GRAPH-FLASHATTENTION-1). Per tile (LOWER-FA-1)
    shared buffers; the output accumulator ``acc [Br, Dv]`` (+0) is a register fragment
    carried through the key-block loop, as a GPU kernel keeps it in registers;
 2. the K and V blocks are cp.async'ed into rings of ``stages`` buffers (one without
-   ``async_copy``), rows padded by ``padding``, with the pipeline of :mod:`.tile_matmul`
+   ``async_copy``), rows padded by ``padding``, with the pipeline of :mod:`.matmul`
    (LOWER-MATMUL-2): a prologue commits blocks ``0 … stages−2``; block ``j`` waits for at
    most ``stages−2`` pending groups, passes a barrier, refills the buffers of block ``j−1``
    with block ``j+stages−1`` and commits; ``wait(0)`` after the loop retires the empty
@@ -31,6 +37,9 @@ Every operation and order is the Graph IR interpreter's, so the result has its b
 every number of stages. The stages change the shared memory and when copies land, never
 the HBM traffic the interpreter counts: Q read once, K and V once per Q tile, O written
 once.
+
+Cost (LOWER-COST-1): :func:`attention_cost`; :func:`naive_attention_bytes` gives the HBM
+traffic of the unfused computation for comparison.
 """
 from __future__ import annotations
 
@@ -41,11 +50,13 @@ import numpy as np
 from ..errors import LoweringError
 from ..ir import tile as T
 from ..numerics.arith import to_accum
+from ..ops import primitive
 from ..ops.exact import math_in_accum
+from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_policy, each_element, the_op
-from .tile_rows import warp_reduce
+from .rows import warp_reduce
 
-__all__ = ["lower_attention"]
+__all__ = ["FAMILY", "lower_attention", "attention_cost", "naive_attention_bytes"]
 
 
 def _scale(op, D: int, accum: str) -> float:
@@ -185,3 +196,68 @@ def lower_attention(kop, name: str) -> KernelPlan:
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), (Sq // Br, batch), lanes, [(batch, Sq, D), (batch, Sk, D), (batch, Sk, Dv)],
                       [(batch, Sq, Dv)])
+
+
+def _fit(op, s: dict) -> dict:
+    q = op.operands[0].type.shape
+    return {"tile": [fit_size(q[-2], s["tile"][0]), op.attributes["block_k"], q[-1]]}  # Bc is the op's block_k
+
+
+def attention_cost(Sq, Sk, D, tile, *, Dv=None, heads=1, itemsize=2, accum_itemsize=4, padding=0, stages=1,
+                   async_copy=True, lanes=128, dtype="f16", preset="H100") -> KernelCost:
+    """FlashAttention's cost with Q tiles of ``Br`` rows and K/V tiles of ``Bc`` rows.
+
+    Shared memory: the buffers of :func:`lower_attention` — the Q tile; ``stages`` K and V
+    blocks (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α; the
+    butterfly scratch (the output accumulator and PV are register fragments). HBM: Q once,
+    K and V once per Q tile, O once, whatever the number of stages. FLOPs, what the tile
+    interpreter counts (TILE-COUNT-4), per head and key block of ``Bc`` keys: the two ``mma``
+    (``2·Sq·Bc·(D + Dv)``); per score 6 lane operations (×scale in the max and again for p,
+    the max fold, ⊖ shift, exp, the sum fold); per query row 480 lane operations of its warp
+    (two butterflies of 5 × 32, and 32 lanes each for ``max(m, ·)``, ``m ⊖ shift``, ``exp``,
+    ``α ⊗ ℓ``, ``⊕ Σp``); per accumulator element 2 (``α ⊗ acc ⊕ PV``); and at the end one
+    division per output element. Loads overlap compute with ``async_copy`` and at least two
+    stages."""
+    Br, Bc = tile[0], tile[1]
+    Dv = D if Dv is None else Dv
+    stages = stages if async_copy else 1
+    smem = (Br * (D + padding) + stages * Bc * (D + Dv + 2 * padding) + D * (Bc + padding)) * itemsize \
+        + (Br * (Bc + padding) + 3 * Br + (lanes // 32) * 32) * accum_itemsize
+    elems = heads * (Sq * D + (Sq // Br) * Sk * (D + Dv) + Sq * Dv)
+    blocks = Sk // Bc
+    flops = heads * (2 * Sq * Sk * (D + Dv) + 6 * Sq * Sk + Sq * blocks * (480 + 2 * Dv) + Sq * Dv)
+    tiles = heads * (Sq // Br)
+    return KernelCost(smem, elems * itemsize, flops, tiles,
+                      kernel_seconds(flops, elems * itemsize, tiles, async_copy and stages >= 2, dtype, preset))
+
+
+def naive_attention_bytes(Sq, Sk, D, tile, *, heads=1, itemsize=2) -> dict:
+    """HBM bytes of unfused attention as three kernels of this lowering: ``S = Q·Kᵀ``
+    (matmul, tile ``(BM, BN, ·)``), ``P = softmax(S)`` (a row kernel: three passes over S,
+    one write), ``O = P·V``. Returns the bytes of each kernel and the total."""
+    BM, BN = tile[0], tile[1]
+    bn_o = min(BN, D)
+    qk = Sq * D * (Sk // min(BN, Sk)) + D * Sk * (Sq // BM) + Sq * Sk
+    sm = 3 * Sq * Sk + Sq * Sk
+    pv = Sq * Sk * (D // bn_o) + Sk * D * (Sq // BM) + Sq * D
+    parts = {"scores": qk, "softmax": sm, "pv": pv}
+    out = {k: heads * v * itemsize for k, v in parts.items()}
+    out["total"] = sum(out.values())
+    return out
+
+
+def _cost(op, s: dict, preset) -> KernelCost:
+    q, k, v = (x.type.shape for x in op.operands)
+    t = op.results[0].type
+    return attention_cost(q[-2], k[-2], q[-1], s["tile"], Dv=v[-1], heads=math.prod(q[:-2]), itemsize=t.dtype.itemsize,
+                          accum_itemsize=t.policy.accum.dtype.itemsize, padding=s["padding"], stages=s["stages"],
+                          async_copy=s["async_copy"], lanes=s["lanes"], dtype=t.policy.storage.name, preset=preset)
+
+
+FAMILY = KernelFamily(
+    "attention",
+    defaults=dict(tile=[64, 64, 64], lanes=128, vectorize=1, shared=True, padding=0, swizzle="none",
+                  async_copy=True, stages=2),
+    uses=("tile", "lanes", "padding", "async_copy", "stages"),  # always shared, never swizzled
+    fit=_fit, template=lower_attention, cost=_cost, staged=True, scope="equal batch axes")
+register_family(FAMILY, [primitive("flash_attention")])

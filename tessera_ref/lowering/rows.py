@@ -1,4 +1,10 @@
-"""Tile lowering of the row family: axis reductions, softmax, layernorm_safe, rmsnorm_safe.
+"""The row kernel family: axis reductions, softmax, layernorm_safe, rmsnorm_safe.
+
+The family of ``sum``/``mean``/``max``/``min`` over contiguous axes, ``softmax``,
+``layernorm_safe`` and ``rmsnorm_safe``: one warp (32 lanes) per row. Its schedule is the
+tile (rows per tile,), fitted to the number of rows (the product of the axes the op does not
+work along, SCHED-FIT-1), with ``lanes = 32 × rows per tile``; default 4 rows per tile. It
+honours the ``tile`` directive only.
 
 The input is viewed as ``[O, L, I]`` (the reduced or normalized axes, contiguous, in the
 middle) and every one of the ``O·I`` rows is handled by one warp of 32 lanes; a tile holds
@@ -18,6 +24,12 @@ bit-identical (LOWER-EXACT-1). ``mean`` divides the sum by the exact length ``L`
 correctly rounded IEEE division: ``L`` is exact in the accum format). The elementwise
 steps are single IEEE operations in accum; ``exp`` and ``rsqrt`` are the Tile IR ``unary``
 functions, which follow the NUM-MATH algorithms as the Graph IR does.
+
+Cost (LOWER-COST-1): shared memory ``R·32·accum itemsize`` (the butterfly scratch); HBM the
+input once per pass (reductions 1, layernorm 3, rmsnorm 2, softmax 3), a sector per element
+when the row's elements are 32 bytes apart or more, the weight and bias once per input
+element, and the result — a reduction stores each result from one lane (a sector each); a
+nominal 5 FLOPs per input element.
 """
 from __future__ import annotations
 
@@ -26,13 +38,17 @@ import math
 from ..errors import LoweringError
 from ..ir import tile as T
 from ..numerics import get_format
+from ..ops import primitive
+from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, the_op
 
-__all__ = ["lower_rows", "row_view", "warp_reduce"]
+__all__ = ["FAMILY", "lower_rows", "row_view", "warp_reduce"]
 
 _IDENTITY = {"add": -0.0, "max": -math.inf, "min": math.inf}
 _COMBINE = {"sum": "add", "mean": "add", "max": "max", "min": "min"}
 _BUTTERFLY = (16, 8, 4, 2, 1)
+#: The passes over the input of each op of the family (the cost model's HBM reads).
+_PASSES = {"sum": 1, "mean": 1, "max": 1, "min": 1, "softmax": 3, "layernorm_safe": 3, "rmsnorm_safe": 2}
 
 
 def row_view(op) -> tuple:
@@ -154,7 +170,7 @@ def lower_rows(kop, name: str) -> KernelPlan:
         raise LoweringError(f"{short}: a row kernel needs lanes = 32 x rows per tile and a row count "
                             f"({O * I}) divisible by the rows per tile ({R}); schedule has lanes={lanes}",
                             location=op.location, fix="let fit_schedule choose the tile")
-    reduces = short in ("sum", "mean", "max", "min")
+    reduces = short in _COMBINE
     out_shape = (O, I) if reduces else (O, L, I)
     params = [("x", T.buffer((O, L, I), storage))]
     params += [(label, T.buffer((L,), storage)) for label in ("weight", "bias")[:len(op.operands) - 1]]
@@ -172,3 +188,44 @@ def lower_rows(kop, name: str) -> KernelPlan:
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), ((O * I) // R,), lanes,
                       [(O, L, I)] + [(L,)] * len(extra), [out_shape])
+
+
+def _rows(op) -> int:
+    """How many independent rows a row-family op reduces or normalizes: the product of the
+    sizes of the axes it does not work along (an empty reduced axis still leaves these rows,
+    each reduced to the identity)."""
+    shape = op.operands[0].type.shape
+    axes = op.attributes["axis"]
+    axes = {a % len(shape) for a in ((axes,) if isinstance(axes, int) else axes)}
+    total = 1
+    for i, d in enumerate(shape):
+        if i not in axes:
+            total *= d
+    return total
+
+
+def _fit(op, s: dict) -> dict:
+    rows = fit_size(_rows(op), s["tile"][0])
+    return {"tile": [rows], "lanes": 32 * rows}
+
+
+def _cost(op, s: dict, preset) -> KernelCost:
+    t = op.results[0].type
+    itemsize, short = t.dtype.itemsize, s["op"]
+    n_in, n_out = math.prod(op.operands[0].type.shape), math.prod(t.shape)
+    R = s["tile"][0]
+    O, _, I = row_view(op)
+    along = min(32, I * itemsize)  # bytes per element read along a row (lanes I elements apart)
+    hbm = (_PASSES[short] * along + (len(op.operands) - 1) * itemsize) * n_in \
+        + n_out * (32 if short in _COMBINE else along)  # a reduction's result: one lane stores a sector
+    tiles = O * I // R
+    return KernelCost(R * 32 * t.policy.accum.dtype.itemsize, hbm, 5 * n_in, tiles,
+                      kernel_seconds(5 * n_in, hbm, tiles, False, t.policy.storage.name, preset))
+
+
+FAMILY = KernelFamily(
+    "rows",
+    defaults=dict(tile=[4], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
+                  async_copy=False, stages=1),
+    uses=("tile",), fit=_fit, template=lower_rows, cost=_cost, staged=False, scope="over contiguous axes")
+register_family(FAMILY, [primitive(name) for name in _PASSES])

@@ -1,5 +1,8 @@
-"""Tile lowering of same-shape elementwise ops (``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs``), vectorized.
+"""The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
+``minimum`` ``neg`` ``abs``, vectorized.
+
+Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
+directives (the only ones it honours); default 128 lanes, vectorize 1.
 
 The operands and the result are viewed as flat vectors of ``n`` elements (a 0-d operand, a
 scalar such as the ``2.0`` of ``x * 2.0``, as a vector of one element every lane reads). A tile of
@@ -9,6 +12,9 @@ handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-E
 types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — the CUDA
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
 combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
+
+Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
+element) and every result element written; a nominal 1 FLOP per result element.
 """
 from __future__ import annotations
 
@@ -16,9 +22,11 @@ import math
 
 from ..errors import LoweringError
 from ..ir import tile as T
+from ..ops import primitive
+from .family import KernelCost, KernelFamily, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, the_op
 
-__all__ = ["lower_elementwise"]
+__all__ = ["FAMILY", "lower_elementwise"]
 
 _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min"}
 _UNARY = {"neg": "neg", "abs": "abs"}
@@ -58,3 +66,25 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
         kb.if_(kb.binary("lt", idx, n), then=lambda idx=idx: element(idx))
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), (-(-n // (lanes * v)),), lanes, [(m,) for m in sizes], [(n,)])
+
+
+def _fit(op, s: dict) -> dict:
+    return {"tile": [s["lanes"] * s["vectorize"]]}
+
+
+def _cost(op, s: dict, preset) -> KernelCost:
+    t = op.results[0].type
+    n_out = math.prod(t.shape)
+    elems = len(op.operands) * n_out + n_out
+    tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
+    return KernelCost(0, elems * t.dtype.itemsize, n_out, tiles,
+                      kernel_seconds(n_out, elems * t.dtype.itemsize, tiles, False, t.policy.storage.name, preset))
+
+
+FAMILY = KernelFamily(
+    "elementwise",
+    defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
+                  async_copy=False, stages=1),
+    uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
+    scope="operands of the result's shape or 0-d")
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY)])
