@@ -1,6 +1,11 @@
 """The executor seam (docs/spec/backends.md): everything runs on the current backend, an
 outside backend plugs in through the entry point, errors name what to do."""
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -206,3 +211,16 @@ def test_listeners_hear_every_collective_and_paused_silences_them():
             dist.all_gather(x, axis="tp")
     dist.all_gather(x, axis="tp")
     assert ear.heard == [("all_gather", 1, 8 * 4 * 4, "tp")]
+
+
+def test_tessera_ref_backends_lists_the_entry_point_backend(toy_path):
+    root = Path(tr.__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(toy_path), str(root)])}
+    out = subprocess.run([sys.executable, "-m", "tessera_ref", "backends"], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert "interp" in out.stdout and "(default)" in out.stdout
+    assert "toy" in out.stdout and "counts ops, launches and collectives" in out.stdout
+    assert "entry point toy_backend:CountingBackend (toy-backend 0.1)" in out.stdout
+    rows = json.loads(subprocess.run([sys.executable, "-m", "tessera_ref", "backends", "--json"],
+                                     capture_output=True, text=True, env=env, check=True).stdout)
+    assert {r["name"]: r["default"] for r in rows} == {"interp": True, "toy": False}

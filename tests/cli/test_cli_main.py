@@ -20,7 +20,7 @@ def test_version_and_help():
     assert out.returncode == 0 and out.stdout.strip() == f"tessera-ref {__version__}"
     out = _run("tessera_ref.cli", "--help")
     assert out.returncode == 0
-    for command in ["formats", "ops", "run", "demo", "sim"]:
+    for command in ["formats", "ops", "run", "demo", "sim", "backends"]:
         assert f"    {command} " in out.stdout
 
 
