@@ -13,7 +13,7 @@ import contextvars
 import types
 
 __all__ = ["BACKEND", "LISTENERS", "TRACES", "MACHINES", "PAUSED", "LAST_MACHINE", "PLANNING_MESH",
-           "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "MAILBOX",
+           "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "RULE_KEYS", "MAILBOX", "QUIET_COLLECTIVES",
            "backend", "set_backend_resolver", "scoped"]
 
 #: The backend ``backends.use`` made current (a Backend object), or None for the default.
@@ -46,6 +46,13 @@ KERNEL_ASSIGNED: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.ke
 
 #: The transform (``"grad"``, ``"jvp"``, ...) differentiating the code being traced, or None.
 DIFFERENTIATING: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.differentiating", default=None)
+
+#: The stochastic-rounding keys of the adjoint rule being run (``ops.adjoint.rule_keys``), or None.
+RULE_KEYS: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.rule_keys", default=None)
+
+#: True while dist carries out steps of its own (a redistribution's collectives): their
+#: CollectiveWarnings are not the user's and are not raised (no process-wide warning filter).
+QUIET_COLLECTIVES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.quiet_collectives", default=False)
 
 #: The send/recv mailbox of the current ``dist.mailbox_scope``; None until a thread's first
 #: send or recv outside any scope creates its own.

@@ -6,16 +6,10 @@ the op when called inside a traced function (:func:`tessera_ref.graph.module`,
 modules of :mod:`tessera_ref.ops` (each lists its functions in ``__all__``); this module only
 collects them.
 """
-from .ops import FAMILIES as _FAMILIES
+from .ops import FUNCTIONS as _FUNCTIONS
 
-__all__ = []
-for _family in _FAMILIES:
-    for _name in _family.__all__:
-        if _name in globals():
-            raise ImportError(f"op.{_name} is defined by two op families")
-        globals()[_name] = getattr(_family, _name)
-        __all__.append(_name)
-del _family, _name
+globals().update(vars(_FUNCTIONS))
+__all__ = list(vars(_FUNCTIONS))
 
 from .frontend.schedule import op_kernel as _op_kernel  # noqa: E402 - after the op functions it uses
 

@@ -286,3 +286,31 @@ def test_a_threads_top_level_mailbox_is_its_own():
 
     run_threads(sends, receives)
     dist.check_pending()  # the main thread's mailbox is empty
+
+
+def test_dists_own_steps_never_touch_the_process_warning_filters():
+    """A redistribution whose steps would warn (an all_reduce of a replicated operand inside a
+    reduce_scatter) silences them for its own thread only, never through warnings.filters."""
+    import warnings
+    mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
+    x = dist.tensor((4, 4), dist.ShardSpec(("row",), ("dp", "tp"), reduce="sum"), mesh,
+                    data=np.ones((4, 4), np.float32))
+    stop, seen = threading.Event(), []
+
+    def redistribute_forever():
+        while not stop.is_set():
+            dist.redistribute(x, dist.ShardSpec(("row", "col"), ("dp", "tp")))
+
+    worker = threading.Thread(target=redistribute_forever)
+    worker.start()
+    try:
+        for _ in range(20000):
+            if any(f[2] is not None and issubclass(f[2], tr.errors.CollectiveWarning) for f in warnings.filters):
+                seen.append(list(warnings.filters))
+                break
+    finally:
+        stop.set()
+        worker.join()
+    assert not seen
+    with pytest.warns(tr.errors.CollectiveWarning):
+        dist.all_reduce(dist.tensor((4,), None, mesh, data=np.ones(4, np.float32)), axis="tp")

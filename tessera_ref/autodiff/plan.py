@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from ..dist.tensor import local_shape
 from ..errors import AutodiffError
 from ..numerics.packing import packed_nbytes
 
@@ -21,7 +22,6 @@ _MOVING = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "collecti
 
 
 def _local_bytes(t, mesh) -> int:
-    from ..dist.tensor import local_shape
     n = math.prod(local_shape(t.shape, t.layout, mesh))
     kind = t.element_kind
     return n * kind.bits // 8 if kind is not None else packed_nbytes(n, t.format)

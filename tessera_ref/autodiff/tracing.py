@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import context
-from ..dist import DistTensor
+from ..dist import DistTensor, tensor
 from ..errors import OpError
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ops.sharding import planning_on
@@ -98,7 +98,6 @@ def prepare(leaves, mesh, name: str) -> list:
                               "static Python value", fix="pass arrays, scalars, strings, or tuples/lists/dicts "
                                                          "of them") from exc
             if mesh is not None:
-                from ..dist import tensor
                 array = tensor(array.shape, None, mesh, array.type.policy, data=array.data)
             out.append(array)
     return out

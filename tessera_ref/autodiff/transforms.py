@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..errors import AutodiffError, user_location
 from ..frontend.graph import GraphFunction
+from ..frontend.graph import jit as jit_decorator
 from ..ops.adjoint import constant
 from ..ir.types import COMPLEX64
 from ..ops import fft
@@ -425,7 +426,6 @@ class _Autodiff:
         return AutodiffFunction(fn)
 
     def __rmatmul__(self, other):
-        from ..frontend.graph import jit as jit_decorator
         if other is not jit_decorator:
             return NotImplemented
         return lambda fn: AutodiffFunction(fn, jit=True)

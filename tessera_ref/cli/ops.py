@@ -23,13 +23,13 @@ def run(args: argparse.Namespace) -> int:
         if args.missing and not prim.missing():
             continue
         marks = ["-" if getattr(prim, r) is None else "n/a" if getattr(prim, r) is NOT_DIFFERENTIABLE
-                 else "yes" for r in RULES]
+                 else prim.kernel_family.name if r == "kernel_family" else "yes" for r in RULES]
         rows.append([name, prim.spec, *marks])
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
     gaps = sum(1 for p in PRIMITIVES.values() if p.missing())
-    print(f"\n{len(PRIMITIVES)} ops; {gaps} with an empty rule slot ('-'): vjp/jvp arrive with autodiff, "
-          "shard with the mesh, lower with tiles. Spec: docs/spec/graph_ir.md.")
+    print(f"\n{len(PRIMITIVES)} ops; {gaps} with an empty rule slot ('-'); n/a: not differentiable; "
+          "kernel_family '-': no tile lowering (the op runs at the Graph level). Spec: docs/spec/graph_ir.md.")
     return 0

@@ -42,7 +42,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from .. import context, sim
-from ..context import DIFFERENTIATING, MAILBOX, scoped
+from ..context import DIFFERENTIATING, MAILBOX, QUIET_COLLECTIVES, scoped
 from ..errors import _PACKAGE_DIR, CollectiveError, CollectiveWarning, EffectError, LayoutError, user_location
 from ..ir import TensorType
 from ..numerics import ExactAccumulator, cast
@@ -82,7 +82,10 @@ def _axes(x: DistTensor, axis, what: str) -> tuple:
 
 def _warn(message: str) -> None:
     """A :class:`CollectiveWarning` attributed to the user's line (the first frame outside
-    ``tessera_ref``: collectives are reached through ``bind`` and the op dispatcher)."""
+    ``tessera_ref``: collectives are reached through ``bind`` and the op dispatcher); none
+    inside :func:`quiet`."""
+    if QUIET_COLLECTIVES.get():
+        return
     level, frame = 2, sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
         frame, level = frame.f_back, level + 1
@@ -269,11 +272,15 @@ def local_slice(x, axis: str, dim: int, padded: bool = False) -> DistTensor:
     return _new(x, new_layout, local)
 
 
+def quiet():
+    """A block whose collectives raise no :class:`CollectiveWarning` (dist's own steps), in
+    this thread/context only."""
+    return scoped(QUIET_COLLECTIVES, True)
+
+
 def _reduce_only(x: DistTensor, axis: str, op: str) -> DistTensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CollectiveWarning)
-        with sim.paused():
-            return all_reduce(x, axis, op)
+    with quiet(), sim.paused():
+        return all_reduce(x, axis, op)
 
 
 def all_gather(x, axis, dim=None) -> DistTensor:

@@ -21,16 +21,18 @@ import numpy as np
 
 from ..errors import MeshError, OpError, TraceError
 from ..ir import ShardLayout, TensorType
+from ..ir.redistribute import plan
 from ..numerics import ExactAccumulator
 from ..numerics.exactsum import exact_dot_accumulator
 from ..ops.bind import bind, register_dispatch
+from ..ops import collective as C
 from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Tracer, asarray, current_trace, is_weak_scalar
 from .. import context
 from . import events
-from .redistribute import plan, redistribute
+from .redistribute import redistribute
 from .tensor import DistTensor, local_shape, stack_shape
 
 __all__ = ["apply"]
@@ -196,25 +198,23 @@ def apply(prim, operands, attrs, location):
 
 
 def _emit(trace, prim, values, out_types, attrs, location):
-    from ..ops.values import Tracer
     op = trace.emit(prim.ir_name, values, out_types, attrs, location)
     return [Tracer(r, trace) for r in op.results]
 
 
 def _collective_steps(trace, value, layout, target, location):
     """Emit the collectives of MESH-REDIST-1 that move ``value`` from ``layout`` to ``target``."""
-    from ..ops import collective as c
     for kind, axis, dim in plan(layout, target):
         if kind == "all_reduce":
-            prim, attrs = c.ALL_REDUCE, {"axis": (axis,), "op": layout.partial_op}
+            prim, attrs = C.ALL_REDUCE, {"axis": (axis,), "op": layout.partial_op}
         elif kind == "reduce_scatter":
-            prim, attrs = c.REDUCE_SCATTER, {"axis": axis, "dim": dim, "op": layout.partial_op}
+            prim, attrs = C.REDUCE_SCATTER, {"axis": axis, "dim": dim, "op": layout.partial_op}
         elif kind == "all_gather":
-            prim, attrs = c.ALL_GATHER, {"axis": axis}
+            prim, attrs = C.ALL_GATHER, {"axis": axis}
         elif kind == "all_to_all":
-            prim, attrs = c.ALL_TO_ALL, {"axis": axis, "split_dim": dim[0], "concat_dim": dim[1]}
+            prim, attrs = C.ALL_TO_ALL, {"axis": axis, "split_dim": dim[0], "concat_dim": dim[1]}
         else:
-            prim, attrs = c.SHARD_SLICE, {"axis": axis, "dim": dim}
+            prim, attrs = C.SHARD_SLICE, {"axis": axis, "dim": dim}
         out = prim.infer_types(attrs, (value.type,), location)
         (tracer,) = _emit(trace, prim, (value,), out, attrs, location)
         value, layout = tracer.value, out[0].layout

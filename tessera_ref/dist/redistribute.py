@@ -4,9 +4,6 @@ or clearing ``padded`` without moving data.
 """
 from __future__ import annotations
 
-import warnings
-
-from ..errors import CollectiveWarning
 from ..ir.redistribute import plan
 from . import collectives as coll
 from .spec import resolve_layout
@@ -24,8 +21,7 @@ def redistribute(x: DistTensor, layout) -> DistTensor:
         x.mesh.axis_index(a)
     if target.padded and not x.layout.padded:  # even blocks are padded blocks without padding
         x = _padded_as(x, True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CollectiveWarning)
+    with coll.quiet():
         for kind, axis, dim in plan(x.layout, target):
             if kind == "all_reduce":
                 x = coll.all_reduce(x, axis, x.layout.partial_op)

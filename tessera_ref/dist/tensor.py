@@ -26,7 +26,8 @@ from ..errors import AbstractValueError, CollectiveError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
 from ..numerics.packing import packed_nbytes
-from ..ops.values import TensorOperators
+from ..ops.random import rand, randn
+from ..ops.values import TensorOperators, asarray
 from .. import sim
 from .mesh import Mesh
 from .spec import resolve_layout
@@ -222,7 +223,6 @@ def _resolve_policy(dtype, data) -> Policy:
     if dtype is None:
         if data is None:
             return as_policy("f32")
-        from ..ops.values import asarray
         return asarray(data).type.policy
     if isinstance(dtype, str) and dtype in ("fp32", "fp16", "fp64"):
         dtype = {"fp32": "f32", "fp16": "f16", "fp64": "f64"}[dtype]
@@ -257,7 +257,6 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
     if init is not None:
         if init not in ("randn", "rand"):
             raise LayoutError(f"unknown init {init!r}", fix="use init='randn' or init='rand'")
-        from ..ops.random import rand, randn
         draw = randn if init == "randn" else rand
         values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
     else:

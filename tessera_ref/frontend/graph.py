@@ -25,10 +25,11 @@ from __future__ import annotations
 import functools
 
 from .. import context
-from ..dist import DistTensor
+from ..dist import DistTensor, tensor
 from ..errors import OpError, TraceError, user_location
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ir.levels import LEVELS
+from ..ops.rewrites import optimize
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 
@@ -87,7 +88,6 @@ class GraphFunction:
                 raise OpError(f"argument {i} of {self.name!r} is a {type(x).__name__}, which is neither a "
                               f"tensor nor a static Python value", fix="pass arrays, scalars or strings") from exc
             if mesh is not None:  # next to distributed arguments, data is replicated on their mesh
-                from ..dist import tensor
                 array = tensor(array.shape, None, mesh, array.type.policy, data=array.data)
                 key.append(("dist", array.type, mesh))
             else:
@@ -109,7 +109,6 @@ class GraphFunction:
         return entry
 
     def _record(self, args, tensors) -> TracedModule:
-        from ..ops.rewrites import optimize
         code = getattr(self.fn, "__code__", None)
         trace = Trace(self.name, location=f"{code.co_filename}:{code.co_firstlineno}" if code else user_location())
         params = trace.arguments([t.type for t in tensors if t is not None])

@@ -38,6 +38,7 @@ import numpy as np
 from .. import context
 from ..context import KERNEL_ASSIGNED, KERNEL_DIRECTIVES, SCHEDULE_DEFAULTS, scoped
 from ..errors import KernelError, TraceError
+from ..ops.linalg import matmul
 from ..ops.values import Array, Trace, Tracer, asarray
 
 __all__ = ["schedule", "op_kernel", "ScheduledKernel"]
@@ -126,7 +127,6 @@ class _Schedule:
     def mma_sync(self, a, b):
         """The matmul of two (prefetched) tiles: ``op.matmul(a, b)``; seed 001 spells it
         ``tile.mma_sync``, which is this function outside a ``@kernel`` body."""
-        from ..ops.linalg import matmul
         return matmul(a, b)
 
     def defaults(self) -> dict:

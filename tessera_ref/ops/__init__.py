@@ -16,6 +16,8 @@ FAMILIES = (constant, elementwise, math, cast, reduction, shape, linalg, sparse,
 # Fill the registry through which tensors' operators (values) and derivative rules (adjoint) call the ops.
 for _family in FAMILIES:
     for _name in _family.__all__:
+        if hasattr(FUNCTIONS, _name):
+            raise ImportError(f"op.{_name} is defined by two op families")
         setattr(FUNCTIONS, _name, getattr(_family, _name))
 del _family, _name
 

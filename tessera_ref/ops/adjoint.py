@@ -16,12 +16,12 @@ trace records as ``constant`` ops.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 from collections.abc import Mapping
 
 import numpy as np
 
+from ..context import RULE_KEYS, scoped
 from ..numerics import Policy
 from ..numerics.rng import RNGKey
 from .bind import bind
@@ -66,20 +66,14 @@ class _Keys:
         return derivative_seed(self.seed, self.position, self.count)
 
 
-_SCOPE: contextvars.ContextVar = contextvars.ContextVar("tessera_rule_keys", default=None)
-
-
 @contextlib.contextmanager
 def rule_keys(attributes, position: int):
     """Run a rule of the ``position``-th recorded op (attributes ``attributes``) inside this
     scope: every op the rule emits through :func:`op` that rounds stochastically gets the
     next seed of :func:`derivative_seed` (k = 1, 2, … in emission order — fixed by the rule's
     code, so deterministic). The reverse and forward passes open one scope per rule call."""
-    token = _SCOPE.set(_Keys(attributes.get("seed"), position))
-    try:
+    with scoped(RULE_KEYS, _Keys(attributes.get("seed"), position)):
         yield
-    finally:
-        _SCOPE.reset(token)
 
 
 def op(attrs=None):
@@ -91,7 +85,7 @@ def op(attrs=None):
     seed attribute in the IR of deterministic policies). Outside a scope — a rule applied by
     hand — the keys count from the call's ``seed`` in ``attrs`` (position 0), per ``op(...)``
     object."""
-    keys = _SCOPE.get() or _Keys((attrs or {}).get("seed"), 0)
+    keys = RULE_KEYS.get() or _Keys((attrs or {}).get("seed"), 0)
     return _Seeded(FUNCTIONS, keys)
 
 
@@ -227,7 +221,7 @@ def seed_of(attrs) -> Mapping:
     seed (position 0), per ``seed_of`` result."""
     if "seed" not in attrs:
         return {}
-    return _NextSeed(_SCOPE.get() or _Keys(attrs["seed"], 0))
+    return _NextSeed(RULE_KEYS.get() or _Keys(attrs["seed"], 0))
 
 
 def sum_terms(terms, attrs) -> tuple:

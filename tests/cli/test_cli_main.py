@@ -40,3 +40,4 @@ def test_the_console_script_is_main():
 def test_no_command_prints_the_help(capsys):
     assert main([]) == 0
     assert capsys.readouterr().out.startswith("usage: tessera-ref")
+
