@@ -64,11 +64,13 @@ LISTENERS: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.listener
 # The backend registry lives above every layer that runs programs; it fills this slot on import
 # (a lower layer asks for the current backend without importing the registry).
 _RESOLVER: list = []
+_DEFAULT: list = []  # the default backend, once resolved (one shared instance)
 
 
 def set_backend_resolver(resolve) -> None:
     """Install ``resolve(name_or_backend_or_None) -> Backend`` (done by ``tessera_ref.backends``)."""
     _RESOLVER[:] = [resolve]
+    _DEFAULT.clear()
 
 
 def backend(which=None):
@@ -78,6 +80,9 @@ def backend(which=None):
         which = BACKEND.get()
         if which is not None:
             return which
+        if not _DEFAULT:
+            _DEFAULT.append(_RESOLVER[0](None))
+        return _DEFAULT[0]
     return _RESOLVER[0](which)
 
 

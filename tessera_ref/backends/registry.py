@@ -90,10 +90,9 @@ def get(name) -> Backend:
     if not isinstance(name, str):
         raise BackendError(f"a backend is chosen by name or Backend object, got {name!r}",
                            fix=f"use one of {available()}")
-    with _LOCK:
-        backend = _INSTANCES.get(name)
-        if backend is not None:
-            return backend
+    backend = _INSTANCES.get(name)  # made once, never replaced: no lock needed to read it
+    if backend is not None:
+        return backend
     if name not in _FACTORIES:
         _discover()
     with _LOCK:
