@@ -59,6 +59,15 @@ class Communicator(abc.ABC):
     def permute(self, stacked, axis: str, pairs: list):
         """Rank ``d`` along ``axis`` receives rank ``s``'s value for each ``(s, d)``; others zeros."""
 
+    @abc.abstractmethod
+    def send(self, stacked, dst, tag: int):
+        """Post device ``i``'s value of this mesh to device ``i`` of the sub-mesh ``dst``; returns
+        what the matching :meth:`recv` needs (``dist`` pairs sends with receives, MESH-COLL-7)."""
+
+    @abc.abstractmethod
+    def recv(self, posted, src, tag: int):
+        """The stacked values on this mesh of what ``send`` posted (``posted``) on ``src``."""
+
 
 class Backend(abc.ABC):
     """An executor (see the module docstring). Subclasses set ``name`` and implement

@@ -401,7 +401,8 @@ def permute(x, axis, perm) -> DistTensor:
 
 class _Mailbox:
     """Sent tensors waiting for their :func:`recv`, first in, first out per (source sub-mesh,
-    destination sub-mesh, tag), each with the line of its send."""
+    destination sub-mesh, tag), each with what the transport posted (``Communicator.send``) and
+    the line of its send."""
 
     def __init__(self) -> None:
         self.queues: dict = defaultdict(deque)
@@ -409,7 +410,7 @@ class _Mailbox:
     def pending(self) -> list:
         """``"<count> from <src>.. to <dst>.. (tag <t>) sent at <lines>"`` per pair with sends waiting."""
         return [f"{len(q)} from {k[0][2][0]}.. to {k[1][2][0]}.. (tag {k[2]}) sent at "
-                + ", ".join(dict.fromkeys(line or "?" for _, line in q)) for k, q in self.queues.items() if q]
+                + ", ".join(dict.fromkeys(line or "?" for *_, line in q)) for k, q in self.queues.items() if q]
 
     def check(self) -> None:
         """A :class:`CollectiveError` naming the sends never received (which are then forgotten)."""
@@ -471,7 +472,8 @@ def send(x, dst: Mesh, *, tag: int = 0) -> None:
         raise CollectiveError(f"send from {x.mesh!r} to {dst!r}: the sub-meshes share devices",
                               fix="send between disjoint sub-meshes")
     events.transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device)
-    _mailbox().queues[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append((x, user_location()))
+    posted = _comm(x).send(x.local, dst, tag)
+    _mailbox().queues[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append((x, posted, user_location()))
 
 
 def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
@@ -489,8 +491,8 @@ def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
                               f"recv would wait forever" + (f"; pending sends: {waiting}" if waiting else ""),
                               fix="call dist.send(x, dst) on the source sub-mesh first (same tag, same thread "
                                   "and dist.mailbox_scope)")
-    x, _ = queue.popleft()
-    return DistTensor(x.type, dst, x.local, x.name)
+    x, posted, _ = queue.popleft()
+    return DistTensor(x.type, dst, context.backend().communicator(dst).recv(posted, src, tag), x.name)
 
 
 def check_pending() -> None:

@@ -187,6 +187,32 @@ def test_a_backend_must_implement_the_interface():
         Half()
 
 
+def test_every_collective_moves_data_through_the_backends_communicator(toy):
+    mesh = dist.Mesh(("pp", "tp"), range(4), (2, 2))
+    x = dist.tensor((4, 4), dist.ShardSpec(("row",), ("tp",)), mesh, data=np.arange(16, dtype=np.float32).reshape(4, 4))
+    stage0, stage1 = mesh.sub(pp=0), mesh.sub(pp=1)
+    y = dist.tensor((4, 4), dist.ShardSpec(("row",), ("tp",)), stage0, data=np.ones((4, 4), np.float32))
+    calls = {
+        "all_gather": lambda: dist.all_gather(x, axis="tp"),
+        "reduce": lambda: dist.all_reduce(op.sum(x, axis=0), axis="tp"),
+        "broadcast": lambda: dist.broadcast(x, axis="tp", root=1),
+        "permute": lambda: dist.permute(x, axis="tp", perm=1),
+    }
+    for kind, call in calls.items():
+        expected = call().numpy()
+        before = toy.counts.copy()
+        with backends.use(toy):
+            got = call().numpy()
+        assert (toy.counts - before)[kind] >= 1, kind
+        assert _bits(got) == _bits(expected), kind
+    before = toy.counts.copy()
+    with backends.use(toy), dist.mailbox_scope():
+        dist.send(y, stage1)
+        received = dist.recv(stage0, stage1)
+    assert ((toy.counts - before)["send"], (toy.counts - before)["recv"]) == (1, 1)
+    assert received.mesh == stage1 and np.array_equal(received.numpy(), np.ones((4, 4), np.float32))
+
+
 def test_listeners_hear_every_collective_and_paused_silences_them():
     mesh = dist.Mesh(("tp",), range(4))
     x = dist.tensor((8, 4), dist.ShardSpec(("row",), ("tp",)), mesh, data=np.ones((8, 4), np.float32))

@@ -25,6 +25,14 @@ class CountingCommunicator(Communicator):
         self.counts["broadcast"] += 1
         return self.inner.broadcast(stacked, axis, root)
 
+    def send(self, stacked, dst, tag):
+        self.counts["send"] += 1
+        return self.inner.send(stacked, dst, tag)
+
+    def recv(self, posted, src, tag):
+        self.counts["recv"] += 1
+        return self.inner.recv(posted, src, tag)
+
     def permute(self, stacked, axis, pairs):
         self.counts["permute"] += 1
         return self.inner.permute(stacked, axis, pairs)
