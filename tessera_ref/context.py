@@ -4,7 +4,8 @@ Each thread starts with the defaults below, and a ``with`` block that changes on
 on exit, so threads (and asyncio tasks) never see each other's state. A default is never a
 mutable object (it would be shared by every thread): stacks are tuples, replaced on change.
 Modules read and set these variables through their own APIs (``sim.use``, ``backends.use``,
-tracing, ...); this module holds only the variables and :func:`scoped`.
+tracing, ...); this module holds only the variables, :func:`scoped`, and :func:`backend`
+(the current backend, for layers below the registry that fills it in).
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import contextvars
 import types
 
 __all__ = ["BACKEND", "LISTENERS", "TRACES", "MACHINES", "PAUSED", "LAST_MACHINE", "PLANNING_MESH",
-           "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "RULE_KEYS", "MAILBOX", "QUIET_COLLECTIVES",
-           "backend", "set_backend_resolver", "scoped"]
+           "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "RULE_KEYS",
+           "MAILBOX", "QUIET_COLLECTIVES", "backend", "set_backend_resolver", "scoped"]
 
 #: The backend ``backends.use`` made current (a Backend object), or None for the default.
 BACKEND: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.backend", default=None)
