@@ -1,0 +1,14 @@
+"""The Tessera conformance suite (DESIGN §15, docs/conformance.md).
+
+Cases live in :mod:`tessera_conformance.cases`, one folder per chapter of the spec; each is
+tagged with the clauses it checks (:func:`clause`) and runs its program on the backend under
+test (the ``backend`` fixture, ``--backend NAME``) through the executor seam, comparing with
+the oracle (``"interp"``) and with an independent reference computed in the case itself.
+The pytest plugin (:mod:`.plugin`, registered through the ``pytest11`` entry point) adds the
+options, the fixtures and the clause × backend report; ``tessera-ref conformance`` runs it.
+"""
+from .harness import (ORACLE, Unsupported, assert_bits, assert_close, clause, eager, not_applicable, numpy_of,
+                      oracle_and, run)
+
+__all__ = ["ORACLE", "Unsupported", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
+           "assert_close", "not_applicable"]

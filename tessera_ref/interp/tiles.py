@@ -1,0 +1,53 @@
+"""The backend ``"interp-tiles"``: the kernel path of the interpreter (DESIGN §3, §13).
+
+Every Graph IR op with a kernel family (``Primitive.kernel_family``) is lowered — Graph IR →
+Schedule IR (the family's default schedule) → Tile IR — and launched in the tile interpreter
+with its race, bounds, uninitialized-read and barrier checkers on; its bits must equal the
+Graph IR interpreter's (LOWER-EXACT-1). Ops without a kernel family (shape ops, constants,
+random numbers) run on the host by the interpreter, as a GPU backend's host steps would. An op
+instance the family's template does not take (LOWER-PLAN) is a
+:class:`~tessera_ref.errors.BackendError`, never a silent fallback.
+"""
+from __future__ import annotations
+
+from ..backends.registry import register
+from ..errors import BackendError, LoweringError
+from ..ir import Module, Operation, func_op, return_op
+from .backend import InterpBackend
+
+__all__ = ["TileBackend"]
+
+
+def _one_op_module(call) -> Module:
+    """A module whose one function applies ``call``'s op to its parameters."""
+    prim = call.primitive
+    func = func_op(f"{prim.name}_kernel", list(call.in_types), list(call.out_types), location=call.location)
+    block = func.regions[0].entry
+    op = Operation(prim.ir_name, block.args, call.out_types, dict(call.attrs), (), call.location)
+    block.append(op)
+    block.append(return_op(op.results, location=call.location))
+    module = Module()
+    module.body.append(func)
+    return module
+
+
+class TileBackend(InterpBackend):
+    """Ops with a kernel family as tile kernels in the tile interpreter (module docstring)."""
+
+    name = "interp-tiles"
+    description = ("the interpreter's kernel path: ops with a kernel family lowered to Tile IR and run in the tile "
+                   "interpreter with its checkers; other ops as host steps")
+
+    def run_op(self, call, *operands) -> tuple:
+        if call.primitive.kernel_family is None:
+            return super().run_op(call, *operands)
+        try:
+            program = self.lower(_one_op_module(call))
+        except LoweringError as exc:
+            raise BackendError(f"interp-tiles has no tile kernel for this {call.primitive.name}: {exc.what}",
+                               location=call.location, fix="run it on the 'interp' backend") from None
+        results, _ = self.run_program(program, operands, checks=True, counters=False)
+        return tuple(results)
+
+
+register("interp-tiles", TileBackend)
