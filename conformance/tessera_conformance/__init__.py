@@ -7,8 +7,8 @@ the oracle (``"interp"``) and with an independent reference computed in the case
 The pytest plugin (:mod:`.plugin`, registered through the ``pytest11`` entry point) adds the
 options, the fixtures and the clause × backend report; ``tessera-ref conformance`` runs it.
 """
-from .harness import (ORACLE, Unsupported, assert_bits, assert_close, clause, eager, not_applicable, numpy_of,
-                      oracle_and, run)
+from .harness import (GOLDEN, ORACLE, assert_bits, assert_close, clause, eager, golden,
+                      not_applicable, numpy_of, oracle_and, run)
 
-__all__ = ["ORACLE", "Unsupported", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
-           "assert_close", "not_applicable"]
+__all__ = ["ORACLE", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
+           "assert_close", "not_applicable", "golden", "GOLDEN"]

@@ -1,14 +1,20 @@
 """What a case uses: tagging, running a program on a backend, comparing bits."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tessera_ref import backends, jit
 from tessera_ref.errors import BackendError
 
-__all__ = ["ORACLE", "Unsupported", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
-           "assert_close", "not_applicable"]
+__all__ = ["ORACLE", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
+           "assert_close", "not_applicable", "golden", "GOLDEN"]
+
+#: Stored expected values (``golden/<name>.json``): each records its clause, inputs and bits.
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 #: The backend every other one is judged by.
 ORACLE = "interp"
@@ -17,15 +23,16 @@ ORACLE = "interp"
 NOT_APPLICABLE, UNSUPPORTED = "n/a:", "unsupported:"
 
 
-class Unsupported(Exception):
-    """Raised by a case helper when the backend refuses the program (a BackendError)."""
-
-
 def clause(*ids: str):
     """``@clause("NUM-RED-2", ...)``: the spec clauses a case checks (at least one)."""
     if not ids:
         raise ValueError("a case names at least one clause")
     return pytest.mark.clause(*ids)
+
+
+def golden(name: str) -> dict:
+    """The golden vectors ``golden/<name>.json`` (``{"clause": ..., "cases": [...]}``)."""
+    return json.loads((GOLDEN / f"{name}.json").read_text())
 
 
 def not_applicable(reason: str):
