@@ -20,6 +20,7 @@ CASES = Path(__file__).resolve().parent / "cases"
 
 #: The profile of each chapter's folder (the T0–T2 idea: kernels alone, one device, a mesh).
 PROFILES = {"numerics": "single-device", "graph_ir": "single-device", "autodiff": "single-device",
+            "fuzz": "single-device",
             "tiles": "kernel", "lowering": "kernel", "mesh": "mesh", "sim": "mesh", "backends": "mesh"}
 _MATRIX = pytest.StashKey[Matrix]()
 
@@ -32,6 +33,10 @@ def pytest_addoption(parser):
                     help="which cases: tile kernels, single-device programs, mesh programs, or all")
     group.addoption("--mesh-shapes", default="1,2x2x2,4x9x2", metavar="SHAPES",
                     help="the simulated meshes mesh cases run on, e.g. 1,2x2,4x9x2")
+    group.addoption("--fuzz-examples", type=int, default=25, metavar="N",
+                    help="random programs per backend for the differential fuzzer (CI: 25)")
+    group.addoption("--fuzz-dir", default="tessera-fuzz", metavar="DIR",
+                    help="where the fuzzer writes the script of a disagreement it found")
     group.addoption("--conformance-report", default=None, metavar="FILE",
                     help="write the clause x backend matrix (.md or .html)")
 
@@ -71,6 +76,18 @@ def pytest_generate_tests(metafunc):
     if "mesh_shape" in metafunc.fixturenames:
         shapes = _shapes(metafunc.config)
         metafunc.parametrize("mesh_shape", shapes, ids=["x".join(map(str, s)) for s in shapes])
+
+
+@pytest.fixture
+def fuzz_examples(request) -> int:
+    """How many random programs the fuzzer tries (``--fuzz-examples``)."""
+    return request.config.getoption("fuzz_examples")
+
+
+@pytest.fixture
+def fuzz_dir(request) -> Path:
+    """Where the fuzzer writes reproducers (``--fuzz-dir``)."""
+    return Path(request.config.getoption("fuzz_dir"))
 
 
 def profile_of(path) -> str:

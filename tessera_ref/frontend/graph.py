@@ -57,7 +57,7 @@ class GraphFunction:
             raise OpError(f"graph.module / jit decorate a function, got {fn!r}",
                           fix="put the decorator on a def")
         self.fn = fn
-        self.name = name or fn.__name__
+        self.name = name or getattr(fn, "__name__", type(fn).__name__)  # callable objects too
         self.rewrite = rewrite
         self.backend = backend
         self.cache: dict = {}

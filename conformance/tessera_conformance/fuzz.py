@@ -1,0 +1,127 @@
+"""Random valid Graph IR programs for differential testing (NNSmith/Csmith-style).
+
+:func:`programs` is a hypothesis strategy of :class:`Program`: a few inputs of random shapes
+(rank 1–2, sizes 1–6 or 30–70: long enough that summation orders tell apart) in one random policy, and a sequence of steps, each an op of the
+registry applied to earlier values where its typing rules allow (same-shape elementwise
+arithmetic, unary math, reductions over an axis, matmul of compatible matrices, transposes,
+softmax, casts between policies). Input values mix ordinary numbers with the edge cases of
+the format (±0, ±inf, NaN, subnormals, values near rounding ties). A program runs on two
+backends and must give the same bits; hypothesis shrinks a disagreement to a minimal program,
+which :meth:`Program.script` writes out as a standalone script that reproduces it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from tessera_ref import asarray, op
+from tessera_ref.numerics import Policy
+
+__all__ = ["Program", "programs", "POLICIES"]
+
+#: The policies programs are written in, as ``Policy`` keyword arguments.
+POLICIES = (dict(storage="f32"), dict(storage="bf16", accum="f32"), dict(storage="f16", accum="f32"),
+            dict(storage="f32", reduction="exact"))
+_UNARY = ("neg", "abs", "exp", "tanh", "sqrt", "log")
+_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
+_REDUCE = ("sum", "mean", "max")
+_SPECIAL = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 1.0 + 2.0 ** -23, 65504.0, 3.0e38)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op: its name, the indices of its operands among the values so far, its keywords."""
+
+    op: str
+    args: tuple
+    kwargs: tuple = ()
+
+    def source(self) -> str:
+        args = [f"v[{i}]" for i in self.args] + [f"{k}={v!r}" for k, v in self.kwargs]
+        return f"op.{self.op}({', '.join(args)})"
+
+
+@dataclass(frozen=True)
+class Program:
+    """Inputs (NumPy float64 values and a policy) and steps; the result is the last value."""
+
+    policy: dict
+    inputs: tuple
+    steps: tuple
+
+    def arrays(self) -> list:
+        return [asarray(x, policy=Policy(**self.policy)) for x in self.inputs]
+
+    def __call__(self, *values):
+        v = list(values)
+        for step in self.steps:
+            v.append(getattr(op, step.op)(*(v[i] for i in step.args), **dict(step.kwargs)))
+        return v[-1]
+
+    def script(self, backend: str, oracle: str) -> str:
+        """A standalone script that runs this program on ``backend`` and ``oracle`` and prints
+        whether their bits agree."""
+        lines = ["# A program on which two Tessera backends disagree (written by the conformance fuzzer).",
+                 "import numpy as np", "from tessera_ref import asarray, jit, op",
+                 "from tessera_ref.numerics import Policy", "",
+                 f"POLICY = Policy(**{self.policy!r})",
+                 "inputs = [asarray(np.array(x, dtype=np.float64), policy=POLICY) for x in ["]
+        lines += [f"    {np.asarray(x).tolist()!r}," for x in self.inputs]
+        lines += ["]]", "", "", "def program(*v):", "    v = list(v)"]
+        lines += [f"    v.append({s.source()})" for s in self.steps]
+        lines += ["    return v[-1]", "", "",
+                  f"got = np.asarray(jit(program, backend={backend!r})(*inputs))",
+                  f"want = np.asarray(jit(program, backend={oracle!r})(*inputs))",
+                  "print('same bits' if got.tobytes() == want.tobytes() else 'DIFFERENT bits')",
+                  "print('got ', got)", "print('want', want)", ""]
+        return "\n".join(lines)
+
+
+def _values(draw, shape):
+    size = int(np.prod(shape))
+    normal = st.floats(-8, 8, allow_nan=False, width=32)
+    element = st.one_of(normal, normal, normal, st.sampled_from(_SPECIAL))
+    return np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=np.float64).reshape(shape)
+
+
+@st.composite
+def programs(draw, max_steps: int = 6):
+    """A random valid program (see the module docstring)."""
+    policy = draw(st.sampled_from(POLICIES))
+    m, n, k = (draw(st.one_of(st.integers(1, 6), st.integers(30, 70))) for _ in range(3))
+    shapes = draw(st.lists(st.sampled_from([(m, n), (m, n), (n, k), (n,)]), min_size=1, max_size=3))
+    inputs = tuple(_values(draw, s) for s in shapes)
+    values = list(shapes)
+    steps = []
+    for _ in range(draw(st.integers(1, max_steps))):
+        i = draw(st.integers(0, len(values) - 1))
+        shape = values[i]
+        same = [j for j, s in enumerate(values) if s == shape]
+        choices = ["unary", "binary", "reduce", "transpose" if len(shape) == 2 else "unary"]
+        if len(shape) == 2 and any(len(s) == 2 and s[0] == shape[1] for s in values):
+            choices.append("matmul")
+        if len(shape) == 2:
+            choices.append("softmax")
+        kind = draw(st.sampled_from(choices))
+        if kind == "unary":
+            step, out = Step(draw(st.sampled_from(_UNARY)), (i,)), shape
+        elif kind == "binary":
+            step, out = Step(draw(st.sampled_from(_BINARY)), (i, draw(st.sampled_from(same)))), shape
+        elif kind == "reduce":
+            axis = draw(st.integers(0, len(shape) - 1))
+            step = Step(draw(st.sampled_from(_REDUCE)), (i,), (("axis", axis),))
+            out = shape[:axis] + shape[axis + 1:] or ()
+        elif kind == "transpose":
+            step, out = Step("transpose", (i,), (("perm", (1, 0)),)), shape[::-1]
+        elif kind == "softmax":
+            step, out = Step("softmax", (i,), (("axis", -1),)), shape
+        else:
+            j = draw(st.sampled_from([j for j, s in enumerate(values) if len(s) == 2 and s[0] == shape[1]]))
+            step, out = Step("matmul", (i, j)), (shape[0], values[j][1])
+        steps.append(step)
+        values.append(out)
+        if out == ():
+            break
+    return Program(policy, inputs, tuple(steps))

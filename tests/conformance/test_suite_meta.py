@@ -1,0 +1,66 @@
+"""The conformance suite's own checks: its clause list is the spec's, every clause is accounted
+for, its command works, and it bites (the non-conforming example backend fails)."""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tessera_conformance.clauses import CLAUSE_ID, load, load_not_testable, scan
+from tessera_conformance.plugin import CASES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def case_clauses() -> dict:
+    """``{clause: [case file, ...]}`` from the ``@clause(...)`` marks of every case module."""
+    out: dict = {}
+    for path in sorted(CASES.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "clause":
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        out.setdefault(arg.value, []).append(path.name)
+    return out
+
+
+def test_the_shipped_clause_list_is_the_specs():
+    assert load() == scan(ROOT / "docs" / "spec"), \
+        "docs/spec changed: run python -m tessera_conformance.clauses docs/spec"
+
+
+def test_cases_and_not_testable_entries_name_real_clauses():
+    ids = {c["id"] for c in load()}
+    unknown = sorted(set(case_clauses()) - ids)
+    assert not unknown, f"cases cite clauses the spec does not define: {unknown}"
+    entries = load_not_testable()
+    assert not sorted(set(entries) - ids), "not_testable lists unknown clauses"
+    assert all(isinstance(r, str) and len(r) > 15 for r in entries.values()), "each entry needs a reason"
+    assert not sorted(set(entries) & set(case_clauses())), "a clause is both tested and 'not testable'"
+
+
+def _conformance(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tessera_ref", "conformance", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def test_the_command_writes_junit_and_the_matrix_and_fails_a_failing_backend(tmp_path):
+    ok = _conformance("--backend", "interp", "-k", "random_programs", "--fuzz-examples", "5",
+                      "--junit", str(tmp_path / "j.xml"), "--report", str(tmp_path / "m.md"), cwd=tmp_path)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'name="clauses" value="BACKEND-OP-1 BACKEND-RUN-1"' in junit and 'name="backend" value="interp"' in junit
+    matrix = (tmp_path / "m.md").read_text()
+    assert "| [BACKEND-OP-1](docs/spec/backends.md) |" in matrix and "| pass |" in matrix
+    again = _conformance("--backend", "interp", "-k", "random_programs", "--fuzz-examples", "5",
+                         "--report", str(tmp_path / "m2.md"), cwd=tmp_path)
+    assert again.returncode == 0 and (tmp_path / "m2.md").read_text() == matrix  # deterministic
+    bad = _conformance("--backend", "numpy-naive", "-k", "random_programs", "--report", str(tmp_path / "n.md"),
+                       cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "| FAIL |" in (tmp_path / "n.md").read_text()
+    script = tmp_path / "tessera-fuzz" / "numpy-naive-disagreement.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0 and "DIFFERENT bits" in run.stdout  # the shrunk reproducer reproduces
