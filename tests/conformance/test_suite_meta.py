@@ -64,3 +64,23 @@ def test_the_command_writes_junit_and_the_matrix_and_fails_a_failing_backend(tmp
     script = tmp_path / "tessera-fuzz" / "numpy-naive-disagreement.py"
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0 and "DIFFERENT bits" in run.stdout  # the shrunk reproducer reproduces
+
+
+def test_the_docs_example_backend_runs_and_is_caught():
+    import re
+
+    import numpy as np
+
+    from tessera_ref import backends, op
+    from tessera_conformance import assert_bits, eager, run
+
+    text = (ROOT / "docs" / "conformance.md").read_text()
+    namespace: dict = {}
+    exec(re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)[0], namespace)
+    ftz = namespace["FlushToZero"]()
+    tiny = np.array([1e-20, 3.0], np.float32)
+    got, want = eager(ftz, lambda x: op.mul(x, x), tiny), run("interp", lambda x: op.mul(x, x), tiny)
+    assert want[0] != 0 and got[0] == 0  # the oracle keeps the subnormal 1e-40; FTZ flushes it
+    with pytest.raises(AssertionError, match="differ in their bits"):
+        assert_bits(got, want)
+    assert backends.get(ftz) is ftz
