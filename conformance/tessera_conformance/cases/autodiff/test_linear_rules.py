@@ -1,11 +1,14 @@
-"""AD-RESHAPE … AD-SUM, AD-COMPLEX, AD-FFT, AD-CONV2D, AD-SPMM, AD-MATMUL: rules of linear (or
-bilinear) ops on small integers, where every value is exact. The independent reference is the
+"""AD-RESHAPE … AD-SUM, AD-MATMUL, AD-SPMM, AD-CONV2D, AD-FFT, AD-COMPLEX, AD-DROPOUT: rules of linear
+(or bilinear) ops on small integers (or powers of two), where every value is exact. The independent reference is the
 op written in NumPy from its GRAPH clause: its tangent is the op on the tangent, and its
 cotangent is ``Jᵀ·u`` with ``J`` the NumPy function's explicit Jacobian; the adjoint law
 ``⟨J v, u⟩ = ⟨v, Jᵀ u⟩`` is evaluated in exact rationals."""
+import re
+
 import numpy as np
 import pytest
 
+import tessera_ref as tr
 from tessera_ref import op
 from tessera_conformance import assert_bits, clause, eager
 
@@ -163,6 +166,11 @@ def test_matmul_cotangents_of_both_operands(backend, sa, sb, ta, tb):
     abar = np.swapaxes(abar, -1, -2) if ta else abar
     bbar = np.swapaxes(bbar, -1, -2) if tb else bbar
     assert_bits([ga, gb], [unb(abar, sa), unb(bbar, sb)])
+    with tr.backends.use(backend):  # vjp_on ran this program on the backend already
+        _, pullback = tr.vjp(f, a, b)
+        pullback(g)
+    names = re.findall(r'"tessera\.graph\.(\w+)"', pullback.inspect_ir())
+    assert names.count("matmul") == 2 and "transpose" not in names  # the flags orient each cotangent
     ova = np.swapaxes(va, -1, -2) if ta else va
     ovb = np.swapaxes(vb, -1, -2) if tb else vb
     assert_bits(jvp_on(backend, f, (a, b), (va, vb)), ova @ ob + oa @ ovb)
