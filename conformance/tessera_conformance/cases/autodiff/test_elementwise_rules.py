@@ -1,9 +1,9 @@
 """AD-EW-1, AD-EW-2, AD-MATH-1, AD-CAST-1: the diagonal maps of the elementwise, math and cast ops.
-Expected cotangents and tangents are the clause's formulas evaluated with NumPy's IEEE
-arithmetic (correctly rounded, like the ops' f64/f32 arithmetic) on dyadic inputs and
-power-of-two cotangents, so they are exact; the transcendental factors are the backend's own
-forward values (the clauses write ``f′`` with ops), and a float64 closed form with libm ties
-each one to calculus."""
+Expected cotangents and tangents are the clause's formulas evaluated op by op with NumPy's IEEE
+arithmetic (correctly rounded like the ops' f64/f32 arithmetic; ml_dtypes' bf16 computes in f32
+and rounds once, as NUM-EW-1's accumulation format does) on dyadic inputs and power-of-two
+cotangents; the transcendental factors are the backend's own forward values (the clauses write
+``f′`` with ops), and a float64 closed form with libm ties each one to calculus."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -123,33 +123,35 @@ def _fwd(backend, name, *args):
 
 def _factor(backend, name, x, y):
     """``f′(x)`` by the clause's table (NumPy IEEE arithmetic, the backend's own forward values)."""
+    def k(c):  # a constant of the operand's policy, rounded once from its f64 value
+        return np.asarray(c).astype(x.dtype)
     if name == "exp":
         return y
     if name == "expm1":
-        return y + 1.0
+        return y + k(1.0)
     if name == "log":
-        return 1.0 / x
+        return k(1.0) / x
     if name == "sqrt":
-        return 0.5 / y
+        return k(0.5) / y
     if name == "rsqrt":
-        return -((y * 0.5) / x)
+        return -((y * k(0.5)) / x)
     if name == "tanh":
-        return 1.0 - y * y
+        return k(1.0) - y * y
     if name in ("erf", "erfc"):
-        d = _fwd(backend, "exp", -(x * x)) * M_2_SQRTPI
+        d = _fwd(backend, "exp", -(x * x)) * k(M_2_SQRTPI)
         return d if name == "erf" else -d
     if name == "sigmoid":
-        return y * (1.0 - y)
+        return y * (k(1.0) - y)
     if name == "silu":
         s = _fwd(backend, "sigmoid", x)
-        return s * (1.0 + x * (1.0 - s))
+        return s * (k(1.0) + x * (k(1.0) - s))
     if name == "sin":
         return _fwd(backend, "cos", x)
     if name == "cos":
         return -_fwd(backend, "sin", x)
     if name == "gelu":
-        cdf = (1.0 + _fwd(backend, "erf", x / M_SQRT2)) * 0.5
-        pdf = _fwd(backend, "exp", (x * x) * -0.5) * M_1_SQRT2PI
+        cdf = (k(1.0) + _fwd(backend, "erf", x / k(M_SQRT2))) * k(0.5)
+        pdf = _fwd(backend, "exp", (x * x) * k(-0.5)) * k(M_1_SQRT2PI)
         return cdf + x * pdf
     raise AssertionError(name)
 
@@ -166,7 +168,7 @@ POSITIVE = ("log", "sqrt", "rsqrt")
 
 
 @clause("AD-MATH-1")
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, ml_dtypes.bfloat16], ids=["f64", "f32", "bf16"])
 @pytest.mark.parametrize("name", sorted(CALCULUS))
 def test_math_rule_is_the_table_factor_times_the_cotangent(backend, name, dtype):
     """``x̄ = ḡ ⊗ f′(x)``, ``ẏ = ẋ ⊗ f′(x)`` with the table's ``f′`` (bits), near calculus."""
@@ -178,7 +180,7 @@ def test_math_rule_is_the_table_factor_times_the_cotangent(backend, name, dtype)
     assert_bits(bar, u * d, f"{name} cotangent")
     t = jvp_on(backend, getattr(op, name), (x,), (u,))
     assert_bits(t, u * d, f"{name} tangent")
-    assert_close(bar, u * CALCULUS[name](x.astype(np.float64)), rel=64 * float(np.finfo(dtype).eps))
+    assert_close(bar, u * CALCULUS[name](x.astype(np.float64)), rel=64 * float(ml_dtypes.finfo(dtype).eps))
     same_as_oracle(backend, bar, lambda b: vjp_on(b, getattr(op, name), (x,), u)[0], f"{name} cotangent")
 
 
