@@ -109,6 +109,18 @@ def _inside(op: Operation, root: Operation) -> bool:
     return True
 
 
+def _erase_dead(rewriter: PatternRewriter, op: Operation, root: Operation) -> None:
+    """Erase the dead ``op`` and, at once, every producer its erasure leaves dead (a dead chain
+    goes in one step, however long)."""
+    stack = [op]
+    while stack:
+        op = stack.pop()
+        producers = dict.fromkeys(v.defining_op for nested in op.walk() for v in nested.operands
+                                  if v.defining_op is not None)
+        rewriter.erase_op(op)
+        stack += [p for p in producers if _inside(p, root) and is_trivially_dead(p)]
+
+
 def apply_patterns_greedily(root: Operation, patterns, *, max_iterations: int = 10) -> int:
     """Apply ``patterns`` to the ops nested in ``root`` until nothing changes.
 
@@ -143,7 +155,7 @@ def apply_patterns_greedily(root: Operation, patterns, *, max_iterations: int = 
             if not _inside(op, root):
                 continue
             if is_trivially_dead(op):
-                rewriter.erase_op(op)
+                _erase_dead(rewriter, op, root)
                 changed = True
                 continue
             for pattern in candidates(op.name):

@@ -28,6 +28,7 @@ from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_dot
 from ..numerics.reduce import dot_canonical
 from .adjoint import constant, eye, mT, op, seed_of, sum_terms, unbroadcast
+from .values import asarray
 from .bind import bind
 from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
@@ -298,9 +299,11 @@ def _tri_inverse(o, L):
 
 
 def _phi(o, x):
-    """Φ: the lower triangle of ``x`` with the diagonal halved."""
+    """Φ: the lower triangle of ``x`` with the diagonal halved; +0 above it (a mask multiply
+    would leave -0 where ``x`` is negative)."""
     n = x.shape[-1]
-    return o.mul(x, constant(np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n), x.type.policy))
+    halved = o.mul(x, constant(np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n), x.type.policy))
+    return o.where(asarray(np.tril(np.ones((n, n), bool))), halved, constant(np.zeros((n, n)), x.type.policy))
 
 
 def _cholesky_vjp(attrs, primals, results, cts):

@@ -215,3 +215,21 @@ def test_driver_arguments_are_checked():
         apply_patterns_greedily(module, [], max_iterations=0)
     with pytest.raises(NotImplementedError):
         RewritePattern().match_and_rewrite(module, None)
+
+
+def test_a_dead_chain_longer_than_the_iteration_limit_goes_in_one_step():
+    """An unused chain of 14 ops (more than max_iterations) is erased, not a RewriteError."""
+    import numpy as np
+
+    import tessera_ref as tr
+    from tessera_ref import op
+
+    def f(x):
+        y = x
+        for _ in range(14):
+            y = op.exp(y)
+        return x * 2.0
+
+    g = tr.jit(f)
+    assert np.array_equal(np.asarray(g(np.ones(2, np.float32))), np.full(2, 2.0, np.float32))
+    assert "exp" not in g.inspect_ir("graph")

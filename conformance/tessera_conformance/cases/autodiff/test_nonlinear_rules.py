@@ -226,9 +226,6 @@ def test_cholesky_rule(backend):
 
 
 @clause("AD-CHOLESKY-1")
-@pytest.mark.xfail(strict=True, reason="BUG: the cholesky vjp applies Φ by multiplying with a 0/½/1 mask, so "
-                                       "the upper triangle is -0 wherever S + Sᵀ is negative; AD-CHOLESKY-1 "
-                                       "says the upper triangle is +0")
 def test_cholesky_upper_triangle_is_plus_zero(backend):
     """The upper triangle of ``Ā`` is the constant +0 (bits), whatever the signs of ``S + Sᵀ``."""
     a = _spd(4, 14)
