@@ -45,11 +45,13 @@ def check(backend, fn, args, want, *, traced: bool = True, eagerly: bool = True,
     """``fn(*args)`` on ``backend`` traced (``run``) and eagerly (``eager``), and on the oracle
     when the backend is another one: every result has ``want``'s bits."""
     names = [backend] + ([ORACLE] if backend != ORACLE else [])
+    # eagerly, NumPy operands become Arrays so that Python operators (x + 0.1, x.T) are ops
+    arrays = tuple(tr.asarray(a) if isinstance(a, np.ndarray) else a for a in args)
     for name in names:
         if traced:
             assert_bits(run(name, fn, *args), want, f"{what} traced on {name}")
         if eagerly:
-            assert_bits(eager(name, fn, *args), want, f"{what} eager on {name}")
+            assert_bits(eager(name, fn, *arrays), want, f"{what} eager on {name}")
 
 
 def specials(fmt: str = "f32") -> np.ndarray:
