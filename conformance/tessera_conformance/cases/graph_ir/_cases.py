@@ -2,8 +2,9 @@
 a program's bits on the backend (traced and eager) and on the oracle against a reference."""
 from __future__ import annotations
 
-import numpy as np
+import contextlib
 
+import numpy as np
 import pytest
 
 import tessera_ref as tr
@@ -14,7 +15,7 @@ from tessera_conformance import ORACLE, assert_bits, eager, numpy_of, run
 
 from ._formats import FORMATS, round_values, values_of
 
-__all__ = ["operand", "values", "policy", "check", "grid", "specials", "rng", "run_text"]
+__all__ = ["operand", "values", "policy", "check", "grid", "specials", "rng", "run_text", "skip_unsupported", "jit"]
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -69,6 +70,16 @@ def grid(lo: float, hi: float, n: int, seed: int = 0) -> np.ndarray:
     return rng(seed).uniform(lo, hi, n)
 
 
+@contextlib.contextmanager
+def skip_unsupported(backend):
+    """Around a direct call of a jitted function: a program the backend refuses is skipped as
+    unsupported (as ``run`` does)."""
+    try:
+        yield
+    except BackendError as exc:
+        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+
+
 def run_text(backend, text: str, *args):
     """The first function of the Graph IR module ``text``, parsed and verified, run on
     ``backend`` through the executor seam (``Backend.run_function``); NumPy results."""
@@ -78,3 +89,22 @@ def run_text(backend, text: str, *args):
         return numpy_of(backends.get(backend).run_function(module.body.first_op, list(args)))
     except BackendError as exc:
         pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+
+
+class _Jitted:
+    """``tr.jit(fn, backend=backend)`` whose calls skip a program the backend refuses."""
+
+    def __init__(self, backend, fn, **options):
+        self.backend, self.function = backend, tr.jit(fn, backend=backend, **options)
+
+    def __call__(self, *args):
+        with skip_unsupported(self.backend):
+            return self.function(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.function, name)
+
+
+def jit(backend, fn, **options):
+    """A jitted ``fn`` running on ``backend`` (refused programs are skipped as unsupported)."""
+    return _Jitted(backend, fn, **options)

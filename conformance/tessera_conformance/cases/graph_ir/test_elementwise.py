@@ -67,6 +67,17 @@ def test_nan_results_are_the_canonical_quiet_nan(backend, fmt):
 
 
 @clause("GRAPH-EW-1")
+@pytest.mark.parametrize("name", sorted(BINARY) + sorted(UNARY))
+def test_nan_operands_give_the_canonical_nan(backend, name):
+    """NaN operands with payloads (quiet, signalling, negative) give the canonical quiet NaN,
+    neg and abs included: no payload or sign is propagated."""
+    nans = from_codes(np.array([0x7FC00001, 0xFFC00000, 0x7F800001, 0xFFFFFFFF], np.uint64), "f32")
+    one = np.ones(4, np.float32)
+    args = (nans,) if name in UNARY else (nans, one)
+    check(backend, getattr(op, name), args, np.full(4, canonical_nan("f32")), what=name)
+
+
+@clause("GRAPH-EW-1")
 def test_no_implicit_contraction(backend):
     """a * b + c is two ops and two roundings: 1 + 2^-11 + 2^-24 (a tie) rounds to even first."""
     a = np.full(3, 1 + 2.0 ** -12, np.float32)
@@ -181,3 +192,20 @@ def test_logic_on_masks(backend):
         run(backend, op.logical_and, np.ones(3, np.float32), q)
     with pytest.raises(DTypeError):
         run(backend, op.logical_not, np.arange(3))
+
+
+@clause("GRAPH-TYPE-3", "GRAPH-EW-1")
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "f16"])
+@pytest.mark.parametrize("rounding,overflow", [("rtz", "native"), ("rup", "saturate"), ("rdown", "native"),
+                                               ("rne", "saturate")])
+def test_results_stored_with_the_policy(backend, fmt, rounding, overflow):
+    """The accum result is converted once into storage with the policy's rounding and overflow
+    (products beyond max saturate or take the format's overflow value)."""
+    pol = policy(fmt, rounding=rounding, overflow=overflow)
+    g = rng(8)
+    lim = FORMATS[fmt].max
+    av = values(operand(np.concatenate([g.standard_normal(60) * 3, [lim, -lim, lim / 2]]), fmt))
+    bv = values(operand(np.concatenate([g.standard_normal(60) * 3, [3.0, 3.0, 2.5]]), fmt))
+    args = tuple(tr.asarray(round_values(v, fmt), policy=pol) for v in (av, bv))
+    want = [round_values(f("f32", av, bv), fmt, rounding, overflow) for f in (R.mul, R.add, R.div)]
+    check(backend, lambda x, y: (op.mul(x, y), op.add(x, y), op.div(x, y)), args, want, what=f"{fmt} {rounding}")

@@ -24,12 +24,17 @@ def _mixed(shape, seed, spread=10):
 @pytest.mark.parametrize("fmt", ["f32", "bf16"])
 def test_matmul_canonical_dot(backend, fmt):
     """acc = +0, acc = fma(a_k, b_k, acc) for k ascending in f32 (K = 320), rounded once into
-    storage; bf16 products below 2^-126 need the fma's single rounding."""
+    storage. Column 0 alternates products ±2^24 with small ones, which the f32 accumulator
+    absorbs depending on the order (any reordering shows even after rounding to bf16); bf16
+    products below 2^-126 need the fma's single rounding."""
     a = values(operand(_mixed((4, 320), 1), fmt))
     b = values(operand(_mixed((320, 5), 2), fmt))
+    a[:, 0:256:2] = 2.0 ** 12 * np.where(np.arange(128) % 2, -1.0, 1.0)
+    a[:, 1:256:2] = values(operand(np.random.default_rng(5).uniform(0.5, 1.5, (4, 128)), fmt))
+    b[0:256:2, 0], b[1:256:2, 0] = 2.0 ** 12, 1.0
     if fmt == "bf16":
-        a[:, :8] = values(operand(np.full((4, 8), 2.0 ** -70), fmt))
-        b[:8, :] = values(operand(np.full((8, 5), -3 * 2.0 ** -66), fmt))
+        a[:, 312:] = values(operand(np.full((4, 8), 2.0 ** -70), fmt))
+        b[312:, :] = values(operand(np.full((8, 5), -3 * 2.0 ** -66), fmt))
     want = round_values(R.matmul("f32", a, b), fmt)
     check(backend, op.matmul, (round_values(a, fmt), round_values(b, fmt)), want, what=fmt)
 
@@ -62,9 +67,10 @@ def test_matmul_batch_axes_broadcast(backend):
 def test_gemm_starts_from_c(backend):
     """gemm(a, b, c): the dot starts from C (broadcast to the result), one rounding at the end."""
     a, b = values(operand(_mixed((3, 50), 7), "f32")), values(operand(_mixed((50, 4), 8), "f32"))
-    c = values(operand(_mixed((1, 4), 9, 16), "f32"))
-    want = round_values(R.matmul("f32", a, b, np.broadcast_to(c, (3, 4))), "f32")
-    check(backend, op.gemm, (round_values(a, "f32"), round_values(b, "f32"), round_values(c, "f32")), want)
+    for cshape in ((3, 4), (1, 4)):
+        c = values(operand(_mixed(cshape, 9, 16), "f32"))
+        want = round_values(R.matmul("f32", a, b, np.broadcast_to(c, (3, 4))), "f32")
+        check(backend, op.gemm, (round_values(a, "f32"), round_values(b, "f32"), round_values(c, "f32")), want)
 
 
 @clause("GRAPH-MATMUL-1")

@@ -6,7 +6,7 @@ import pytest
 import tessera_ref as tr
 from tessera_ref import op
 from tessera_ref.errors import DTypeError, OpError
-from tessera_conformance import assert_bits, clause, run
+from tessera_conformance import assert_bits, clause, golden, run
 
 from . import _reference as R
 from ._cases import check, operand, policy, values
@@ -26,18 +26,35 @@ def _idx(shape):
     return np.arange(int(np.prod(shape))).reshape(shape)
 
 
+GOLDEN = golden("graph_ir_random")["cases"]
+
+
+@clause("GRAPH-RAND-1", "GRAPH-RANDN-1", "GRAPH-POISSON-1")
+@pytest.mark.parametrize("case", GOLDEN, ids=[f"{c['op']}-{c['inputs'].get('dtype', 'index')}-{i}"
+                                              for i, c in enumerate(GOLDEN)])
+def test_known_answers(backend, case):
+    """The NUM-RNG-8 known answers (key 42, i = 0…3) through the ops (golden/graph_ir_random.json)."""
+    kw = dict(case["inputs"])
+    shape = tuple(kw.pop("shape"))
+    fn = getattr(op, case["op"])
+    got = run(backend, lambda: fn(shape, **kw))
+    exp = case["expected"]
+    if "values" in exp:
+        want = np.array(exp["values"], np.int64).reshape(shape)
+    else:
+        want = from_codes(np.array([int(h, 16) for h in exp["bits"]], np.uint64), exp["dtype"]).reshape(shape)
+    assert_bits(got, want, case["op"])
+
+
 @clause("GRAPH-RAND-1")
 def test_rand_f32_and_f64(backend):
     """Element i is uniform(key, i, f32) = (bits >> 8)·2^-24, or the f64 uniform for f64 storage;
-    seed 42 reproduces the NUM-RNG-8 known answers; stream selects another key."""
+    stream selects another key."""
     _reference_reproduces_known_answers()
     shape = (4, 9)
     check(backend, lambda: op.rand(shape, seed=42), (), R.uniform32(R.key_words(42), _idx(shape)).astype(np.float32))
     check(backend, lambda: op.rand(shape, seed=42, stream=3), (),
           R.uniform32(R.key_words(42, 3), _idx(shape)).astype(np.float32))
-    got = run(backend, lambda: op.rand((4,), seed=42, dtype="f64"))
-    assert [float(v).hex() for v in got] == ["0x1.d1c7c71134f38p-3", "0x1.fba0c203474b2p-2", "0x1.4aa2c383823bcp-1",
-                                             "0x1.c13352a27805dp-1"]
     assert_bits(run(backend, lambda: op.rand(shape, seed=7, dtype="f64")), R.uniform64(R.key_words(7), _idx(shape)))
 
 
@@ -75,8 +92,6 @@ def test_randn_box_muller(backend):
     storage (bf16: f64 -> f32 -> bf16)."""
     shape = (5, 7)
     z = R.normal(R.key_words(42), _idx(shape))
-    assert [float(v).hex() for v in z.ravel()[:4]] == ["-0x1.fe0dbd60b61aap-2", "0x1.d271b1ad4e896p-2",
-                                                       "-0x1.49fa9adbc560fp+0", "0x1.633e41e7a6580p+0"]
     check(backend, lambda: (op.randn(shape, seed=42), op.randn(shape, seed=42, dtype="f64"),
                             op.randn(shape, seed=42, dtype="bf16")), (),
           [z.astype(np.float32), z, round_values(values(z.astype(np.float32)), "bf16")])
@@ -89,10 +104,6 @@ def test_poisson_counts(backend, lam):
     shape = (3, 5)
     words = R.key_words(42)
     want = np.array([R.poisson(words, i, lam) for i in range(15)], np.int64).reshape(shape)
-    if lam == 4.0:
-        assert list(want.ravel()[:4]) == [6, 1, 5, 3]
-    if lam == 1000.0:
-        assert list(want.ravel()[:4]) == [995, 1013, 1048, 985]
     check(backend, lambda: op.poisson(shape, lam, seed=42), (), want)
 
 

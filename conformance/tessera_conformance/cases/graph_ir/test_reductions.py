@@ -42,13 +42,25 @@ def test_sum_canonical_lane_order(backend, shape, axes, fmt):
     """Lane l folds terms l, l+32, … from −0, xor butterfly 16…1, lane 0 rounded into storage;
     reduced axes flattened row-major in ascending order; keepdims keeps size-1 axes."""
     A = "f64" if fmt == "f64" else "f32"
-    x = values(operand(_cancelling(shape, len(shape)), fmt))
+    x = values(operand(_cancelling(shape, sum(shape)), fmt))
     xs = tr.asarray(x, dtype="f64") if fmt == "f64" else round_values(x, fmt)
     flat, _ = _flatten(x, axes)
     want = round_values(R.lane_sum(A, flat), fmt)
     check(backend, lambda v: op.sum(v, axis=axes if len(axes) > 1 else axes[0]), (xs,), want, what="sum")
     check(backend, lambda v: op.sum(v, axis=axes, keepdims=True), (xs,), _keepdims(want, shape, axes),
           what="keepdims")
+
+
+@clause("GRAPH-SUM-1", "GRAPH-MEAN-1")
+def test_lane_order_shows_through_bf16_storage(backend):
+    """Terms ±2^24 alternating with small ones: the f32 lanes absorb the small terms in an
+    order-dependent way, so any other order gives other bf16 results (sum and mean)."""
+    g = np.random.default_rng(4)
+    x = values(operand(g.uniform(0.5, 1.5, (4, 700)), "bf16"))
+    x[:, 0:640:2] = 2.0 ** 24 * np.where((np.arange(320) // 32) % 2, -1.0, 1.0)
+    xs = round_values(x, "bf16")
+    check(backend, lambda v: (op.sum(v, axis=1), op.mean(v, axis=-1)), (xs,),
+          [round_values(R.lane_sum("f32", x), "bf16"), round_values(R.lane_mean("f32", x), "bf16")])
 
 
 @clause("GRAPH-SUM-1")

@@ -10,7 +10,7 @@ from tessera_conformance import assert_bits, clause
 
 from . import _reference as R
 from . import _xmath as X
-from ._cases import operand, policy, values
+from ._cases import jit, operand, policy, values
 from ._formats import round_values
 
 
@@ -20,9 +20,9 @@ def _ops(text: str) -> list:
 
 def _both(backend, fn, *args):
     """(optimized result, result without rewrites, optimized ops)."""
-    opt = tr.jit(fn, backend=backend)
+    opt = jit(backend, fn)
     got = opt(*args)
-    plain = tr.jit(fn, rewrite=False, backend=backend)(*args)
+    plain = jit(backend, fn, rewrite=False)(*args)
     as_np = (lambda r: [np.asarray(v) for v in r]) if isinstance(got, tuple) else np.asarray
     return as_np(got), as_np(plain), _ops(opt.inspect_ir())
 
@@ -39,7 +39,7 @@ def test_transpose_pairs(backend, p, q, left):
     assert_bits(got, want)
     assert_bits(plain, want)
     if left:
-        opt = tr.jit(lambda v: op.transpose(op.transpose(v, p), q), backend=backend)
+        opt = jit(backend, lambda v: op.transpose(op.transpose(v, p), q))
         opt(round_values(x, "f32"))
         r = [p[q[j]] for j in range(3)]
         assert f"perm = [{r[0]}, {r[1]}, {r[2]}]" in opt.inspect_ir()
@@ -54,7 +54,7 @@ def test_transposed_matmul_operands_fold_into_flags(backend):
     fn = lambda x, y: op.matmul(x, op.transpose(y, (0, 2, 1)))  # noqa: E731
     got, plain, ops = _both(backend, fn, round_values(a, "f32"), round_values(b, "f32"))
     assert ops == ["matmul"]
-    opt = tr.jit(fn, backend=backend)
+    opt = jit(backend, fn)
     opt(round_values(a, "f32"), round_values(b, "f32"))
     assert "transpose_b = true" in opt.inspect_ir()
     want = round_values(R.matmul("f32", a, np.swapaxes(b, -1, -2)), "f32")
@@ -99,7 +99,7 @@ def test_attention_fused_under_reassociate(backend):
     """matmul(softmax(matmul(q, kᵀ)), v) becomes flash_attention(q, k, v, scale=1.0) when every
     tensor's policy says reduction="reassociate": its bits are the blocked online softmax's."""
     (q, k, v), args = _qkv(policy("f32", reduction="reassociate"))
-    jf = tr.jit(_attention, backend=backend)
+    jf = jit(backend, _attention)
     got = np.asarray(jf(*args))
     assert _ops(jf.inspect_ir()) == ["flash_attention"]
     assert_bits(got, round_values(R.flash_attention("f32", q, k, v, scale=1.0), "f32"))
@@ -111,7 +111,7 @@ def test_attention_left_as_written(backend, reduction):
     """Under canonical and exact reduction modes the graph is left as written and its bits are
     those of the three ops; a softmax with another user is never fused."""
     (q, k, v), args = _qkv(policy("f32", reduction=reduction))
-    jf = tr.jit(_attention, backend=backend)
+    jf = jit(backend, _attention)
     got = np.asarray(jf(*args))
     assert "flash_attention" not in _ops(jf.inspect_ir())
     if reduction == "canonical":
@@ -124,6 +124,6 @@ def test_attention_left_as_written(backend, reduction):
         s = op.softmax(op.matmul(a, b, transpose_b=True))
         return op.matmul(s, c), s
 
-    jf = tr.jit(shared, backend=backend)
+    jf = jit(backend, shared)
     jf(*args)
     assert "flash_attention" not in _ops(jf.inspect_ir())

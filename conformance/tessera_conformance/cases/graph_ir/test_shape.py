@@ -9,7 +9,7 @@ from tessera_ref import op
 from tessera_ref.errors import DTypeError, OpError, ShapeError, TesseraError
 from tessera_conformance import assert_bits, clause, run
 
-from ._cases import check, run_text
+from ._cases import check, jit, run_text
 from ._formats import from_codes
 
 ELEMENTS = ["f32", "bf16", "fp8_e4m3", "fp4_e2m1", "i1", "index", "complex<f32>"]
@@ -102,7 +102,7 @@ def test_transpose_errors_and_canonical_perm(backend):
     for perm in ((0, 1), (0, 0, 1), (0, 1, 3)):
         with pytest.raises(ShapeError):
             run(backend, lambda v: op.transpose(v, perm), x)
-    f = tr.jit(lambda v: (v.T, op.transpose(v, (-1, 0, 1))), rewrite=False, backend=backend)
+    f = jit(backend, lambda v: (v.T, op.transpose(v, (-1, 0, 1))), rewrite=False)
     f(x)
     text = f.inspect_ir()
     assert "perm = [2, 1, 0]" in text and "perm = [2, 0, 1]" in text
@@ -163,7 +163,7 @@ def test_slice_attributes_are_tight_and_errors(backend):
     the last index); an int outside [−d, d) is a ShapeError that is also an IndexError; advanced
     indices and a zero step are OpErrors."""
     x = np.zeros((2, 3, 4), np.float32)
-    f = tr.jit(lambda v: (v[:, ::-2], v[:, 5:], v[1], v[:, 0:3:2]), rewrite=False, backend=backend)
+    f = jit(backend, lambda v: (v[:, ::-2], v[:, 5:], v[1], v[:, 0:3:2]), rewrite=False)
     f(x)
     text = f.inspect_ir()
     for want in ("starts = [0, 2, 0], steps = [1, -2, 1], stops = [2, -1, 4]",
@@ -226,7 +226,7 @@ def test_split_errors_and_canonical_sizes(backend):
     for bad in (lambda v: op.split(v, 3, axis=-1), lambda v: op.split(v, [1, 2])):
         with pytest.raises(ShapeError):
             run(backend, bad, x)
-    f = tr.jit(lambda v: op.split(v, 2, axis=-1), backend=backend)
+    f = jit(backend, lambda v: op.split(v, 2, axis=-1))
     assert isinstance(f(x), tuple)
     assert "sizes = [2, 2]" in f.inspect_ir() and "axis = 2" in f.inspect_ir()
 
