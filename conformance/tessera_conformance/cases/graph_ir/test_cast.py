@@ -56,7 +56,7 @@ def test_stochastic_cast_uses_the_row_major_index(backend):
     """rounding="stochastic" with seed: element i uses random_bits(seed, i) (NUM-CVT-5)."""
     x = values(operand(grid(-4, 4, 6 * 70, seed=12).reshape(6, 70), "f32"))
     u = R.random_bits(R.key_words(5), np.arange(x.size)).reshape(x.shape)
-    for target in ("bf16", "fp8_e4m3", "fp4_e2m1"):
+    for target in ("bf16", "fp8_e4m3", "fp4_e2m1", "int8"):
         want = round_values(x, target, "stochastic", u=u)
         check(backend, lambda v: op.cast(v, target, rounding="stochastic", seed=5), (round_values(x, "f32"),), want,
               what=target)

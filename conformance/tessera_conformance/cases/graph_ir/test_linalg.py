@@ -156,6 +156,19 @@ def test_svd_one_sided_jacobi(backend, shape):
     assert np.max(np.abs(recon - a)) < 1e-4 * np.max(np.abs(a))
 
 
+@clause("GRAPH-CHOLESKY-1", "GRAPH-SVD-1")
+@pytest.mark.parametrize("reduction", ["exact", "reassociate"])
+def test_canonical_order_under_every_reduction_mode(backend, reduction):
+    """cholesky and svd compute in the canonical order whatever the policy's reduction mode."""
+    pol = policy("f32", reduction=reduction)
+    a = values(operand(_spd(4, (), 3), "f32"))
+    check(backend, op.cholesky, (tr.asarray(round_values(a, "f32"), policy=pol),),
+          round_values(R.cholesky("f32", a), "f32"))
+    m = values(operand(np.random.default_rng(4).standard_normal((5, 3)), "f32"))
+    got = run(backend, op.svd, tr.asarray(round_values(m, "f32"), policy=pol))
+    assert_bits(got, [round_values(v, "f32") for v in R.svd("f32", m)])
+
+
 @clause("GRAPH-SVD-1")
 def test_svd_rank_deficient_columns_are_zero(backend):
     """A zero singular value gives a +0 column of U (m ≥ n); S is ordered descending."""

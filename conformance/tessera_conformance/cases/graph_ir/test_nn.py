@@ -5,7 +5,7 @@ import pytest
 
 import tessera_ref as tr
 from tessera_ref import op
-from tessera_ref.errors import DTypeError, OpError
+from tessera_ref.errors import DTypeError, OpError, TesseraError
 from tessera_conformance import clause, run
 
 from . import _reference as R
@@ -123,6 +123,14 @@ def test_flash_attention_masked_rows_and_broadcast(backend):
           tuple(round_values(t, "f32") for t in (q, k, v)), want)
 
 
+@clause("GRAPH-FLASHATTENTION-1")
+def test_flash_attention_without_keys_is_nan(backend):
+    """Sk = 0: every row is fully masked, 0 ⊘ 0 = NaN."""
+    got = run(backend, op.flash_attention, np.ones((4, 8), np.float32), np.ones((0, 8), np.float32),
+              np.ones((0, 8), np.float32))
+    assert got.shape == (4, 8) and np.isnan(got).all()
+
+
 CONV = [dict(), dict(stride=(2, 1), padding=(1, 0, 2, 1), dilation=(1, 2)), dict(padding="same"),
         dict(padding=(1, 2), stride=2), dict(padding=1, dilation=2)]
 
@@ -166,3 +174,6 @@ def test_conv2d_padded_taps_meet_nonfinite_weights(backend):
     with pytest.raises(OpError):
         run(backend, lambda a, b: op.conv2d(a, b, groups=2), np.ones((1, 2, 3, 3), np.float32),
             np.ones((2, 1, 1, 1), np.float32))
+    for kw in (dict(padding="same", stride=2), dict(padding=0, dilation=3)):   # "same" needs stride 1; OH < 1
+        with pytest.raises(TesseraError):
+            run(backend, lambda a, b: op.conv2d(a, b, **kw), x, w)

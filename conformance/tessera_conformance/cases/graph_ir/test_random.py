@@ -116,16 +116,18 @@ def test_poisson_rate_errors(backend):
 
 
 @clause("GRAPH-DROPOUT-1")
-@pytest.mark.parametrize("fmt,rate", [("f32", 0.25), ("bf16", 0.1), ("f32", 0.7)])
+@pytest.mark.parametrize("fmt,rate", [("f32", 0.25), ("bf16", 0.1), ("f32", 0.7), ("f64", 0.3)])
 def test_dropout_mask_and_scale(backend, fmt, rate):
     """Kept iff uniform(key, i, f32) ≥ rate; kept x ⊘ RN_accum(1 ⊖ rate), dropped +0 (NaN too)."""
     x = values(operand(np.random.default_rng(3).standard_normal((16, 24)) * 4, fmt))
     x[0, :6] = [np.nan, -0.0, np.inf, -np.inf, np.nan, 0.0]
     words = R.key_words(9, 1)
     u = R.uniform32(words, _idx(x.shape))
-    q = R.acc(1.0 - rate, "f32")
-    want = round_values(np.where(u >= rate, R.div("f32", x, q), 0.0), fmt)
-    check(backend, lambda v: op.dropout(v, rate, seed=9, stream=1), (round_values(x, fmt),), want, what=fmt)
+    A = "f64" if fmt == "f64" else "f32"
+    q = R.acc(1.0 - rate, A)
+    want = round_values(np.where(u >= rate, R.div(A, x, q), 0.0), fmt)
+    arg = tr.asarray(x, dtype="f64") if fmt == "f64" else round_values(x, fmt)
+    check(backend, lambda v: op.dropout(v, rate, seed=9, stream=1), (arg,), want, what=fmt)
 
 
 @clause("GRAPH-DROPOUT-1")

@@ -135,6 +135,19 @@ def test_mean_exact_and_empty(backend):
         assert got.shape == (2,) and np.isnan(got).all()
 
 
+@clause("GRAPH-SUM-1", "GRAPH-MEAN-1", "GRAPH-TYPE-3")
+def test_exact_mode_with_stochastic_rounding(backend):
+    """Exact mode with rounding="stochastic": the exact S (or S/L) compared with
+    random_bits(seed, i) of output element i."""
+    x = values(operand(_cancelling((24, 33), 10), "bf16"))
+    a = tr.asarray(round_values(x, "bf16"), policy=policy("bf16", reduction="exact", rounding="stochastic"), seed=0)
+    u = R.random_bits(R.key_words(3), np.arange(24))
+    sums = [R.exact_sum(r) for r in x]
+    check(backend, lambda v: (op.sum(v, axis=1, seed=3), op.mean(v, axis=1, seed=3)), (a,),
+          [np.stack([round_fraction(S, "bf16", "stochastic", u=int(u[i])) for i, S in enumerate(sums)]),
+           np.stack([round_fraction(S / 33, "bf16", "stochastic", u=int(u[i])) for i, S in enumerate(sums)])])
+
+
 @clause("GRAPH-MAX-1", "GRAPH-MIN-1")
 def test_max_min_ieee_2019(backend):
     """maximum/minimum over the terms: NaN if any term is NaN, −0 < +0; empty: −inf / +inf."""

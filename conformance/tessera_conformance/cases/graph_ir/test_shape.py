@@ -51,9 +51,13 @@ def test_reshape_keeps_the_flat_order(backend, element):
 
 
 @clause("GRAPH-RESHAPE-1")
-def test_reshape_errors(backend):
-    """Sizes that do not match, two −1s, and squeezing an axis of size ≠ 1 are ShapeErrors."""
+def test_reshape_errors_and_canonical_shape(backend):
+    """Sizes that do not match, two −1s, and squeezing an axis of size ≠ 1 are ShapeErrors; the
+    IR holds the shape without −1 (the static quotient)."""
     x = np.zeros((2, 3, 4), np.float32)
+    f = jit(backend, lambda v: op.reshape(v, (4, -1)), rewrite=False)
+    f(x)
+    assert "shape = [4, 6]" in f.inspect_ir()
     for fn in (lambda v: op.reshape(v, (5, -1)), lambda v: op.reshape(v, (-1, -1)), lambda v: op.reshape(v, (25,)),
                lambda v: op.squeeze(v, 0)):
         with pytest.raises(ShapeError):
@@ -125,12 +129,20 @@ def test_broadcast_to_errors(backend):
     for shape in ((3, 3, 4), (3, 4)):
         with pytest.raises(ShapeError):
             run(backend, lambda v: op.broadcast_to(v, shape), x)
-    text = RESHAPE_SYM.replace('"tessera.graph.reshape"(%0) {shape = ["B", 8, 8]} : (tensor<[B]x64xf32>) -> '
-                               'tensor<[B]x8x8xf32>',
-                               '"tessera.graph.broadcast_to"(%0) {shape = ["B", 64, "S"]} : (tensor<[B]x64xf32>) -> '
-                               'tensor<[B]x8x8xf32>')
+    x = data((3, 1), "f32")
+    assert_bits(run_text(backend, _one_op("broadcast_to", '{shape = [2, "B", 5]}', "[B]x1", "2x[B]x5"), x)[0],
+                np.broadcast_to(x, (2, 3, 5)))
     with pytest.raises(TesseraError):
-        run_text(backend, text, np.zeros((3, 64), np.float32), np.zeros((3, 2), np.float32))
+        run_text(backend, _one_op("broadcast_to", '{shape = ["B"]}', "1", "[B]"), np.ones(1, np.float32))
+
+
+def _one_op(name, attrs, in_shape, out_shape, element="f32"):
+    """A module applying one op with ``attrs`` to a tensor<in_shape>, giving tensor<out_shape>."""
+    t_in, t_out = f"tensor<{in_shape}x{element}>", f"tensor<{out_shape}x{element}>"
+    return (f'"tessera.module"() ({{\n  "tessera.func"() ({{\n  ^bb0(%0: {t_in}):\n'
+            f'    %1 = "tessera.graph.{name}"(%0) {attrs} : ({t_in}) -> {t_out}\n'
+            f'    "tessera.return"(%1) : ({t_out}) -> ()\n'
+            f'  }}) {{function_type = ({t_in}) -> {t_out}, sym_name = "f"}} : () -> ()\n}}) : () -> ()')
 
 
 INDICES = [(1,), (-1,), (slice(None, None, -1),), (slice(1, None), 2), (Ellipsis, slice(None, None, 2)),
@@ -191,6 +203,30 @@ def test_concat_in_operand_order(backend, element):
     check(backend, lambda x, y, z: (op.concat([x, y, z, x], axis=1), op.concat([x, x], axis=-1), op.concat([y])),
           (arg(a, element), arg(b, element), arg(c, element)),
           [np.concatenate([a, b, c, a], axis=1), np.concatenate([a, a], axis=2), b], what=element)
+
+
+@clause("GRAPH-SLICE-1", "GRAPH-CONCAT-1", "GRAPH-SPLITQKV-1")
+def test_symbolic_axes(backend):
+    """A symbolic axis is sliced only whole (0, name, 1); concat joins along a static axis only;
+    split_qkv takes symbolic leading dimensions and S."""
+    x = data((3, 6), "f32")
+    got = run_text(backend, _one_op("slice", '{starts = [0, 1], steps = [1, 2], stops = ["B", 6]}', "[B]x6", "[B]x3"), x)
+    assert_bits(got[0], x[:, 1::2])
+    with pytest.raises(TesseraError):
+        run_text(backend, _one_op("slice", '{starts = [1, 0], steps = [1, 1], stops = ["B", 6]}', "[B]x6", "[B]x6"), x)
+    with pytest.raises(TesseraError):
+        run_text(backend, _one_op("concat", "{axis = 0}", "[B]x6", "[B]x6"), x)
+    assert_bits(run_text(backend, _one_op("concat", "{axis = 1}", "[B]x6", "[B]x6"), x)[0], x)
+    q = data((2, 3, 48), "bf16")
+    text = _one_op("split_qkv", "{groups = 2, heads = 4}", "[B]x[S]x48", "[B]x4x[S]x4", "bf16")
+    text = text.replace('%1 = "tessera.graph.split_qkv"', '%1, %2, %3 = "tessera.graph.split_qkv"').replace(
+        "-> tensor<[B]x4x[S]x4xbf16>\n", "-> (tensor<[B]x4x[S]x4xbf16>, tensor<[B]x4x[S]x4xbf16>, "
+        "tensor<[B]x4x[S]x4xbf16>)\n", 1)
+    text = text.replace('"tessera.return"(%1) : (tensor<[B]x4x[S]x4xbf16>)', '"tessera.return"(%1, %2, %3) : '
+                        "(tensor<[B]x4x[S]x4xbf16>, tensor<[B]x4x[S]x4xbf16>, tensor<[B]x4x[S]x4xbf16>)")
+    text = text.replace("-> tensor<[B]x4x[S]x4xbf16>, sym_name", "-> (tensor<[B]x4x[S]x4xbf16>, "
+                        "tensor<[B]x4x[S]x4xbf16>, tensor<[B]x4x[S]x4xbf16>), sym_name")
+    assert_bits(run_text(backend, text, q), _qkv_reference(q, 4, 2))
 
 
 @clause("GRAPH-CONCAT-1")
