@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["FORMATS", "Fmt", "round_values", "round_fraction", "from_codes", "codes_of", "values_of",
-           "canonical_nan", "bits_equal_values"]
+           "canonical_nan"]
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,3 @@ def round_fraction(v, fmt: str, rounding: str = "rne", overflow: str = "native",
     code = _finish(np.array(mag), np.array(sign), np.array(False), np.array(False), f, rounding, overflow)
     return from_codes(code, fmt)
 
-
-def bits_equal_values(a, b) -> bool:
-    """Same bytes (helper for quick assertions inside references)."""
-    return np.asarray(a).tobytes() == np.asarray(b).tobytes()

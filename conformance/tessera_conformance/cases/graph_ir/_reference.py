@@ -17,7 +17,7 @@ from functools import reduce
 import numpy as np
 
 from . import _xmath as X
-from ._formats import FORMATS, round_values, values_of
+from ._formats import round_values, values_of
 
 __all__ = ["acc", "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum", "lane_sum",
            "lane_mean", "dot", "matmul", "to_storage", "exp_A", "rsqrt_A", "math_op",
@@ -269,7 +269,8 @@ def poisson(words, i: int, lam: float) -> int:
             return int(k)
         if k < 0 or (us < 0.013 and V > us):
             continue
-        lhs = (float(X.log(np.array(V))) + float(X.log(np.array(invalpha)))) - float(X.log(np.array((a / (us * us)) + b)))
+        log = lambda v: float(X.log(np.array(v)))  # noqa: E731
+        lhs = (log(V) + log(invalpha)) - log((a / (us * us)) + b)
         if lhs <= ((-lam) + k * loglam) - X.log_factorial(float(k)):
             return int(k)
     raise AssertionError("no result in 256 rounds")

@@ -28,8 +28,7 @@ SIZES = [1, 2, 16, 64, 6, 12]
 @clause("GRAPH-FFT-1")
 @pytest.mark.parametrize("n", SIZES)
 def test_fft_of_complex_rows(backend, n):
-    """Each vector along the last axis: radix-2 DIT for powers of two, else the direct DFT
-    summed in ascending j from the j = 0 term."""
+    """Radix-2 DIT for powers of two, else the direct DFT summed in ascending j from the j = 0 term."""
     z = _complex((3, n), n)
     check(backend, op.fft, (z,), R.fft(z), what=f"n={n}")
 
@@ -85,8 +84,7 @@ def test_real_and_imag_are_exact(backend):
 
 @clause("GRAPH-COMPLEX-1")
 def test_complex_builds_pairs(backend):
-    """complex(re, im) broadcasts and converts each part exactly to f32 (bf16 parts too); an
-    f64 part is a DTypeError."""
+    """complex(re, im) broadcasts and converts each part exactly to f32; an f64 part is a DTypeError."""
     re = np.array([[1.5], [-0.0]], np.float32)
     im = values(operand([0.25, np.inf, -3.0], "bf16"))
     want = np.empty((2, 3), np.complex64)

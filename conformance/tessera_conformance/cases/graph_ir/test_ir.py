@@ -49,10 +49,7 @@ def _model_args():
 
 @clause("GRAPH-IR-1")
 def test_printed_module_structure(backend):
-    """Generic syntax: a tessera.module holding a tessera.func (sym_name, function_type) whose
-    one block's arguments are the parameters and whose last op is tessera.return; every op is
-    tessera.graph.<op>, attributes in code-point order of their names, loc("file":line) of the
-    user's source line."""
+    """Generic syntax: module, func, block arguments, return, sorted attributes, the user's loc."""
     f = jit(backend, _model, rewrite=False)
     f(*_model_args())
     text = f.inspect_ir()
@@ -75,8 +72,7 @@ def test_printed_module_structure(backend):
 
 @clause("GRAPH-IR-1", "GRAPH-TYPE-1")
 def test_print_parse_print_is_identical_and_reruns(backend):
-    """Printing, parsing and printing again gives the same bytes (bit-exact float attributes,
-    dense constants with NaN payloads, policies); the parsed module runs with the same bits."""
+    """Print -> parse -> print gives the same bytes; the parsed module reruns with the same bits."""
     nan_payloads = from_codes(np.array([0x7FC00001, 0xFFFFFFFF, 0x80000000, 0x00000001], np.uint64), "f32")
     pol = policy("bf16", rounding="rtz")
 
@@ -112,8 +108,7 @@ def test_parse_errors_name_the_position(backend):
 
 @clause("GRAPH-TYPE-1")
 def test_types_print_policy_only_when_not_default(backend):
-    """tensor<shape x element[, #policy<…>]>: a default policy is not printed, another one is;
-    comparisons give i1, argmax index, fft complex<f32>."""
+    """A default policy is not printed, another one is; element kinds i1, index, complex<f32>."""
     sto = policy("bf16", rounding="stochastic")
 
     def f(a, b, c):
@@ -124,7 +119,8 @@ def test_types_print_policy_only_when_not_default(backend):
     jf(a, tr.asarray(a, dtype="bf16"), tr.asarray(a, policy=sto, seed=0))
     text = jf.inspect_ir()
     sig = text.splitlines()[2]
-    assert sig == "  ^bb0(%0: tensor<2x4xf32>, %1: tensor<2x4xbf16>, %2: tensor<2x4xbf16, #policy<rounding=stochastic>>):"
+    assert sig == ("  ^bb0(%0: tensor<2x4xf32>, %1: tensor<2x4xbf16>, "
+                   "%2: tensor<2x4xbf16, #policy<rounding=stochastic>>):")
     ret = next(ln for ln in text.splitlines() if '"tessera.return"' in ln)
     for t in ("tensor<2x4xi1>", "tensor<4xindex>", "tensor<2x4xcomplex<f32>>", "tensor<2x4xbf16>",
               "tensor<2x4xbf16, #policy<rounding=stochastic>>"):
@@ -135,8 +131,7 @@ def test_types_print_policy_only_when_not_default(backend):
 
 @clause("GRAPH-TYPE-1", "GRAPH-TYPE-2")
 def test_element_kinds_are_not_converted_implicitly(backend):
-    """index and i1 tensors are not numbers of a format: no implicit conversion into or out of
-    them (arithmetic on them, or a kind against a float, is a DTypeError)."""
+    """index and i1 do not convert implicitly into or out of numbers (DTypeError)."""
     idx, mask, x = np.arange(3), np.array([True, False, True]), np.ones(3, np.float32)
     for fn, args in ((op.add, (idx, idx)), (op.mul, (idx, x)), (op.equal, (idx, x)), (op.add, (mask, x)),
                      (op.where, (mask, idx, x))):
@@ -146,8 +141,7 @@ def test_element_kinds_are_not_converted_implicitly(backend):
 
 @clause("GRAPH-TYPE-2")
 def test_weak_python_scalars(backend):
-    """A Python number takes the policy of the first numeric tensor operand, converted into its
-    storage with its rounding (rtz here); with no tensor it is f32; a bool is an i1 scalar."""
+    """A Python number takes the first tensor operand's policy (its rounding); else f32; bool is i1."""
     xv = values(operand(np.linspace(-3, 3, 13), "bf16"))
     rtz = policy("bf16", rounding="rtz")
     x = tr.asarray(round_values(xv, "bf16"), policy=rtz)
@@ -166,8 +160,7 @@ def test_weak_python_scalars(backend):
 
 @clause("GRAPH-TYPE-2")
 def test_numpy_arrays_take_their_dtype_format(backend):
-    """float64 -> f64, float32 -> f32, float16 -> f16, bfloat16 -> bf16, integers -> index,
-    bools -> i1, complex -> complex<f32>."""
+    """NumPy arrays take their dtype's format: f64, f32, f16, bf16, index, i1, complex<f32>."""
     args = (np.ones(2), np.ones(2, np.float32), np.ones(2, np.float16), np.ones(2, ml_dtypes.bfloat16),
             np.ones(2, np.int64), np.ones(2, np.int32), np.ones(2, bool), np.ones(2, np.complex64))
     jf = jit(backend, lambda *a: tuple(op.reshape(v, (2, 1)) for v in a))
@@ -198,8 +191,7 @@ def test_symbolic_broadcasting(backend):
 
 @clause("GRAPH-CONSTANT-1")
 def test_constants_hold_exact_codes(backend):
-    """A concrete array used in a trace becomes a constant holding its exact codes (NaN
-    payloads, −0, narrow formats); `type` is present only for a non-default policy."""
+    """Concrete arrays become constants with their exact codes; `type` only for a non-default policy."""
     codes = from_codes(np.array([0x7FC00001, 0xFFFFFFFF, 0x80000000, 0x00000001], np.uint64), "f32")
     fp4 = operand([0.5, -6.0, -0.0, 1.5], "fp4_e2m1")
     rtz = tr.asarray(np.array([1.5, -0.0, 3.0]), policy=policy("bf16", rounding="rtz"))
@@ -236,8 +228,7 @@ BROKEN = {
 @clause("GRAPH-VERIFY-1")
 @pytest.mark.parametrize("what", sorted(BROKEN))
 def test_verifier_rejects(backend, what):
-    """Attributes against the schema (unknown, non-canonical), result types against infer, the
-    closed dialect (unknown ops) and the structural rules are verification errors."""
+    """Unknown/non-canonical attributes, wrong result types, unknown ops, structural errors are rejected."""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     assert_bits(run_text(backend, BASE, x)[0], round_values(R.acc(X.exp(x.T.astype(np.float64)), "f32"), "f32"))
     old, new = BROKEN[what]

@@ -23,16 +23,15 @@ def _mixed(shape, seed, spread=10):
 @clause("GRAPH-MATMUL-1")
 @pytest.mark.parametrize("fmt", ["f32", "bf16"])
 def test_matmul_canonical_dot(backend, fmt):
-    """acc = +0, acc = fma(a_k, b_k, acc) for k ascending in f32 (K = 320), rounded once into
-    storage. Column 0 alternates products ±2^24 with small ones, which the f32 accumulator
-    absorbs depending on the order (any reordering shows even after rounding to bf16); bf16
-    products below 2^-126 need the fma's single rounding."""
+    """acc = +0, acc = fma(a_k, b_k, acc) for k ascending in f32 (K = 320), one rounding into storage."""
+    # column 0 alternates products ±2^24 with small ones: the f32 accumulator absorbs the small
+    # terms depending on the order, so any reordering shows, even after rounding to bf16
     a = values(operand(_mixed((4, 320), 1), fmt))
     b = values(operand(_mixed((320, 5), 2), fmt))
     a[:, 0:256:2] = 2.0 ** 12 * np.where(np.arange(128) % 2, -1.0, 1.0)
     a[:, 1:256:2] = values(operand(np.random.default_rng(5).uniform(0.5, 1.5, (4, 128)), fmt))
     b[0:256:2, 0], b[1:256:2, 0] = 2.0 ** 12, 1.0
-    if fmt == "bf16":
+    if fmt == "bf16":  # bf16 products below 2^-126 need the fma's single rounding
         a[:, 312:] = values(operand(np.full((4, 8), 2.0 ** -70), fmt))
         b[312:, :] = values(operand(np.full((8, 5), -3 * 2.0 ** -66), fmt))
     want = round_values(R.matmul("f32", a, b), fmt)
@@ -41,8 +40,7 @@ def test_matmul_canonical_dot(backend, fmt):
 
 @clause("GRAPH-MATMUL-1", "GRAPH-RW-2")
 def test_matmul_flags_and_tile_shape_change_no_bit(backend):
-    """transpose_a/transpose_b use the operand transposed in its last two axes, bit for bit;
-    tile_shape changes no bit; a @ b.T traced is folded into the flag with the same bits."""
+    """transpose_a/transpose_b, a folded transpose and tile_shape give the same bits."""
     a, b = values(operand(_mixed((6, 64), 3), "f32")), values(operand(_mixed((64, 7), 4), "f32"))
     want = round_values(R.matmul("f32", a, b), "f32")
     a32, b32 = round_values(a, "f32"), round_values(b, "f32")
@@ -75,8 +73,7 @@ def test_gemm_starts_from_c(backend):
 
 @clause("GRAPH-MATMUL-1")
 def test_matmul_f64_and_stochastic(backend):
-    """f64: fma in f64 (exact fractions in the reference); bf16 with stochastic rounding: the
-    f32 dot rounded with random_bits(seed, i) of the row-major output index."""
+    """f64 accum uses an f64 fma; stochastic storage rounding uses random_bits(seed, i)."""
     a, b = values(operand(_mixed((3, 24), 10, 30), "f64")), values(operand(_mixed((24, 2), 11, 30), "f64"))
     check(backend, op.matmul, (tr.asarray(a, dtype="f64"), tr.asarray(b, dtype="f64")), R.matmul("f64", a, b))
     pol = policy("bf16", rounding="stochastic")
@@ -100,8 +97,7 @@ def test_matmul_exact_mode(backend):
 
 @clause("GRAPH-MATMUL-1")
 def test_matmul_errors(backend):
-    """Operands of rank < 2 and mismatched K are ShapeErrors; other policies or non-float
-    operands DTypeErrors."""
+    """Rank < 2 and mismatched K are ShapeErrors; other policies or non-floats DTypeErrors."""
     m = np.ones((2, 3), np.float32)
     with pytest.raises(ShapeError):
         run(backend, op.matmul, np.ones(3, np.float32), np.ones((3, 2), np.float32))
@@ -121,8 +117,7 @@ def _spd(n, batch=(), seed=0):
 
 @clause("GRAPH-CHOLESKY-1")
 def test_cholesky_banachiewicz(backend):
-    """L[i,j] from dot(A[i,j]; −L[i,:j]; L[j,:j]) (fma, k ascending), √ on the diagonal, ⊘ below;
-    the upper triangle is +0 and only A's lower triangle is read (NaN above is ignored)."""
+    """Cholesky-Banachiewicz with canonical dots; upper triangle +0, only A's lower triangle read."""
     a = values(operand(_spd(6, (2,), 1), "f32"))
     a[..., 0, 5] = np.nan
     want = round_values(R.cholesky("f32", a), "f32")
@@ -132,8 +127,7 @@ def test_cholesky_banachiewicz(backend):
 
 @clause("GRAPH-CHOLESKY-1")
 def test_cholesky_not_positive_definite(backend):
-    """A pivot ≤ 0 makes L[j,j] NaN and every element depending on column j; earlier columns keep
-    their values."""
+    """A pivot <= 0 makes column j and what depends on it NaN; earlier columns keep their values."""
     a = _spd(5, (), 2)
     a[2, 2] = -50.0
     a = values(operand(a, "f32"))
@@ -187,8 +181,7 @@ CSR = (np.array([0, 3, 3, 7, 9]), np.array([4, 0, 4, 2, 1, 2, 0, 3, 1]))
 
 @clause("GRAPH-SPMM-1")
 def test_spmm_stored_order(backend):
-    """Row i: dot over its stored entries in stored order (unsorted, a repeated column is a
-    separate term), from +0; an empty row is +0."""
+    """Each row's stored entries in stored order (repeats separate), from +0; an empty row is +0."""
     indptr, indices = CSR
     data = values(operand(_mixed(9, 16, 12), "f32"))
     dense = values(operand(_mixed((5, 6), 17, 12), "f32"))
@@ -231,8 +224,7 @@ def test_spmm_bf16_and_exact(backend):
         "implementation raises a ShapeError at trace time"))),
     (None, [4, 0, 4, 2, 1, 5, 0, 3, 1]), (None, [4, 0, 4, 2, -1, 2, 0, 3, 1])])
 def test_spmm_structure_errors(backend, indptr, indices):
-    """indptr not starting at 0, decreasing, or not ending at nnz, and a column index outside
-    [0, k), are OpErrors naming the row, when the op runs."""
+    """A bad indptr or column index is an OpError naming the row, raised when the op runs."""
     p = np.array(indptr if indptr is not None else CSR[0])
     i = np.array(indices if indices is not None else CSR[1])
     with pytest.raises(OpError, match="row"):

@@ -84,8 +84,7 @@ def test_narrow_storage_rounds_twice(backend, name):
 
 @clause("GRAPH-MATH-1", "GRAPH-EXP-1")
 def test_accum_narrower_than_storage(backend):
-    """f32 storage with accum = bf16: the operand is rounded into bf16 (NUM-EW-1), the result
-    into bf16, and the f32 result holds that bf16 value; accum = f16 overflows at 65504."""
+    """f32 storage with bf16 accum rounds operand and result into bf16; f16 accum overflows."""
     x = grid(-5, 5, 200, seed=3)
     pol = policy("f32", "bf16")
     xa = values(round_values(x, "bf16"))
@@ -98,8 +97,7 @@ def test_accum_narrower_than_storage(backend):
 
 @clause("GRAPH-MATH-1", "GRAPH-TYPE-3")
 def test_stochastic_rounding_into_storage(backend):
-    """rounding="stochastic": element i of the row-major result rounds with random_bits(seed, i);
-    without a seed the op is an error."""
+    """Stochastic storage rounding uses random_bits(seed, i); without a seed it is an error."""
     x = values(operand(grid(-3, 3, 96, seed=4).reshape(8, 12), "bf16"))
     pol = policy("bf16", rounding="stochastic")
     a = tr.asarray(round_values(x, "bf16"), policy=pol)
@@ -121,8 +119,7 @@ def test_non_float_operands_are_dtype_errors(backend, name):
 
 @clause("GRAPH-LOG-1", "GRAPH-RSQRT-1", "GRAPH-SQRT-1", "GRAPH-EXP-1", "GRAPH-SILU-1", "GRAPH-GELU-1")
 def test_stated_special_values(backend):
-    """log(±0) = −inf, log(<0) = NaN, log(+inf) = +inf; rsqrt(±0) = ±inf, rsqrt(<0) = NaN;
-    sqrt(−0) = −0, sqrt(<0) = NaN; exp(±0) = 1; silu(−inf) = −0; gelu(−inf) = −0."""
+    """The special values the log, rsqrt, sqrt, exp, silu and gelu clauses state."""
     x = np.array([0.0, -0.0, -1.0, np.inf, -np.inf], np.float32)
     nan = np.float32(np.nan)
     check(backend, lambda v: (op.log(v), op.rsqrt(v), op.sqrt(v), op.exp(v), op.silu(v), op.gelu(v)), (x,),
@@ -172,8 +169,7 @@ def test_pow(backend, fmt):
 
 @clause("GRAPH-POW-1", "GRAPH-TYPE-2")
 def test_pow_broadcasts_and_weak_scalar_exponent(backend):
-    """pow broadcasts its operands; a Python exponent takes x's policy; pow(x, 2) is not x * x;
-    shapes that do not broadcast are a ShapeError."""
+    """pow broadcasts; a Python exponent takes x's policy; pow(x, 2) is not x * x."""
     x = values(operand(grid(0.1, 9, 24, seed=8).reshape(4, 6), "bf16"))
     xb = round_values(x, "bf16")
     y = values(operand([[0.5, 1.5, -2.0, 3.0, 0.25, 2.0]], "bf16"))

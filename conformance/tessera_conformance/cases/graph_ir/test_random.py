@@ -48,8 +48,7 @@ def test_known_answers(backend, case):
 
 @clause("GRAPH-RAND-1")
 def test_rand_f32_and_f64(backend):
-    """Element i is uniform(key, i, f32) = (bits >> 8)·2^-24, or the f64 uniform for f64 storage;
-    stream selects another key."""
+    """Element i is the f32 uniform (bits >> 8) * 2^-24, or the f64 uniform; stream changes the key."""
     _reference_reproduces_known_answers()
     shape = (4, 9)
     check(backend, lambda: op.rand(shape, seed=42), (), R.uniform32(R.key_words(42), _idx(shape)).astype(np.float32))
@@ -60,8 +59,7 @@ def test_rand_f32_and_f64(backend):
 
 @clause("GRAPH-RAND-1")
 def test_rand_into_narrow_storage(backend):
-    """The f32 uniform converted once into storage: bf16 RNE can give exactly 1.0, rtz keeps
-    [0, 1); stochastic rounding uses RNGKey(seed, stream).fold(1)."""
+    """The uniform converted once into storage (bf16 may give 1.0, rtz not); SR keys by fold(1)."""
     shape = (64, 64)
     u = R.uniform32(R.key_words(1), _idx(shape))
     want = round_values(u, "bf16")
@@ -88,8 +86,7 @@ def test_values_depend_on_the_index_only(backend):
 
 @clause("GRAPH-RANDN-1")
 def test_randn_box_muller(backend):
-    """normal(key, i): f64 Box–Muller (NUM-RNG-6), rounded once to f32 (unless f64), then into
-    storage (bf16: f64 -> f32 -> bf16)."""
+    """Box-Muller normal(key, i) in f64, rounded once to f32 unless f64, then into storage."""
     shape = (5, 7)
     z = R.normal(R.key_words(42), _idx(shape))
     check(backend, lambda: (op.randn(shape, seed=42), op.randn(shape, seed=42, dtype="f64"),

@@ -39,8 +39,7 @@ CASES = [((1000,), (0,)), ((3, 700), (1,)), ((5, 40, 9), (0, 2)), ((6, 4, 33), (
 @pytest.mark.parametrize("fmt", ["f32", "bf16", "f64"])
 @pytest.mark.parametrize("shape,axes", CASES, ids=[f"{s}-{a}" for s, a in CASES])
 def test_sum_canonical_lane_order(backend, shape, axes, fmt):
-    """Lane l folds terms l, l+32, … from −0, xor butterfly 16…1, lane 0 rounded into storage;
-    reduced axes flattened row-major in ascending order; keepdims keeps size-1 axes."""
+    """32 lanes folded from -0, xor butterfly, one rounding; reduced axes flattened row-major."""
     A = "f64" if fmt == "f64" else "f32"
     x = values(operand(_cancelling(shape, sum(shape)), fmt))
     xs = tr.asarray(x, dtype="f64") if fmt == "f64" else round_values(x, fmt)
@@ -53,8 +52,7 @@ def test_sum_canonical_lane_order(backend, shape, axes, fmt):
 
 @clause("GRAPH-SUM-1", "GRAPH-MEAN-1")
 def test_lane_order_shows_through_bf16_storage(backend):
-    """Terms ±2^24 alternating with small ones: the f32 lanes absorb the small terms in an
-    order-dependent way, so any other order gives other bf16 results (sum and mean)."""
+    """Order-dependent f32 absorption shows through bf16 storage (sum and mean)."""
     g = np.random.default_rng(4)
     x = values(operand(g.uniform(0.5, 1.5, (4, 700)), "bf16"))
     x[:, 0:640:2] = 2.0 ** 24 * np.where((np.arange(320) // 32) % 2, -1.0, 1.0)
@@ -73,8 +71,7 @@ def test_sum_of_everything_and_the_empty_sum(backend):
 
 @clause("GRAPH-SUM-1")
 def test_sum_exact_mode(backend):
-    """reduction="exact": the exact real sum rounded once into storage; an exact zero is +0;
-    NaN and inf + −inf give NaN."""
+    """reduction=exact: the exact sum rounded once; an exact zero is +0; NaN/inf rules."""
     x = values(operand(_cancelling((4, 300), 5), "bf16"))
     x[1] = np.concatenate([x[1, :150], -x[1, :150]])          # an exactly zero sum
     x[2, 7], x[3, 3], x[3, 9] = np.nan, np.inf, -np.inf
@@ -137,8 +134,7 @@ def test_mean_exact_and_empty(backend):
 
 @clause("GRAPH-SUM-1", "GRAPH-MEAN-1", "GRAPH-TYPE-3")
 def test_exact_mode_with_stochastic_rounding(backend):
-    """Exact mode with rounding="stochastic": the exact S (or S/L) compared with
-    random_bits(seed, i) of output element i."""
+    """Exact mode with stochastic rounding decides on the exact S (or S/L) and random_bits."""
     x = values(operand(_cancelling((24, 33), 10), "bf16"))
     a = tr.asarray(round_values(x, "bf16"), policy=policy("bf16", reduction="exact", rounding="stochastic"), seed=0)
     u = R.random_bits(R.key_words(3), np.arange(24))
@@ -165,8 +161,7 @@ def test_max_min_ieee_2019(backend):
 
 @clause("GRAPH-ARGMAX-1", "GRAPH-ARGMIN-1")
 def test_argmax_argmin_order(backend):
-    """The first index of the maximum/minimum: NaN above every number (the first NaN wins),
-    −0 < +0, ties to the first index; an index tensor."""
+    """The first index of the max/min: NaN wins (first NaN), -0 < +0, ties to the first."""
     rows = np.array([[-0.0, 0.0, -0.0, 0.0], [1.0, np.nan, 3.0, np.nan], [5.0, 2.0, 5.0, 2.0],
                      [-np.inf, np.inf, np.inf, -np.inf]], np.float32)
     check(backend, lambda v: (op.argmax(v, axis=1), op.argmin(v, axis=1)), (rows,),
@@ -177,8 +172,7 @@ def test_argmax_argmin_order(backend):
 
 @clause("GRAPH-ARGMAX-1", "GRAPH-ARGMIN-1")
 def test_argmax_flattened_and_errors(backend):
-    """axis=None: the row-major flattened tensor (rank 0, or all axes 1 with keepdims); a
-    reduced axis of size 0 is a ShapeError; the comparison is in accum (bf16 values)."""
+    """axis=None flattens row-major (rank 0 or keepdims); an empty reduced axis is a ShapeError."""
     x = values(operand(np.random.default_rng(3).standard_normal((5, 7)), "bf16"))
     x[3, 2] = x.max()  # a tie after the first maximum
     xs = round_values(x, "bf16")

@@ -47,8 +47,7 @@ def test_transpose_pairs(backend, p, q, left):
 
 @clause("GRAPH-RW-2")
 def test_transposed_matmul_operands_fold_into_flags(backend):
-    """A transpose swapping the last two axes feeding a matmul becomes its transpose_a/b flag,
-    with the same bits; a transpose of other axes is not folded."""
+    """A last-two-axes transpose feeding matmul becomes its flag, same bits; others stay."""
     a = values(operand(np.random.default_rng(1).standard_normal((2, 5, 33)), "f32"))
     b = values(operand(np.random.default_rng(2).standard_normal((2, 6, 33)), "f32"))
     fn = lambda x, y: op.matmul(x, op.transpose(y, (0, 2, 1)))  # noqa: E731
@@ -68,8 +67,7 @@ def test_transposed_matmul_operands_fold_into_flags(backend):
 
 @clause("GRAPH-RW-3")
 def test_constant_folding_uses_the_ops_own_bits(backend):
-    """An op whose operands are all constants (≤ 4096 elements) becomes a constant holding the
-    result its clause computes; larger results and random ops are not folded."""
+    """All-constant ops (<= 4096 elements) fold to their clause's bits; random ops never."""
     c = np.linspace(0.1, 1.0, 16, dtype=np.float32)
     got, plain, ops = _both(backend, lambda x: x + op.exp(op.mul(c, 3.0)), np.ones(16, np.float32))
     assert ops == ["add", "constant"]
@@ -96,8 +94,7 @@ def _qkv(pol):
 
 @clause("GRAPH-RW-4")
 def test_attention_fused_under_reassociate(backend):
-    """matmul(softmax(matmul(q, kᵀ)), v) becomes flash_attention(q, k, v, scale=1.0) when every
-    tensor's policy says reduction="reassociate": its bits are the blocked online softmax's."""
+    """Under reassociate, attention becomes flash_attention(scale=1.0) with its bits."""
     (q, k, v), args = _qkv(policy("f32", reduction="reassociate"))
     jf = jit(backend, _attention)
     got = np.asarray(jf(*args))
@@ -108,8 +105,7 @@ def test_attention_fused_under_reassociate(backend):
 @clause("GRAPH-RW-4")
 @pytest.mark.parametrize("reduction", ["canonical", "exact"])
 def test_attention_left_as_written(backend, reduction):
-    """Under canonical and exact reduction modes the graph is left as written and its bits are
-    those of the three ops; a softmax with another user is never fused."""
+    """Under canonical/exact, and with a shared softmax, attention is left as the three ops."""
     (q, k, v), args = _qkv(policy("f32", reduction=reduction))
     jf = jit(backend, _attention)
     got = np.asarray(jf(*args))

@@ -52,8 +52,7 @@ def test_reshape_keeps_the_flat_order(backend, element):
 
 @clause("GRAPH-RESHAPE-1")
 def test_reshape_errors_and_canonical_shape(backend):
-    """Sizes that do not match, two −1s, and squeezing an axis of size ≠ 1 are ShapeErrors; the
-    IR holds the shape without −1 (the static quotient)."""
+    """Bad sizes, two -1s, squeezing a non-1 axis are ShapeErrors; the IR shape has no -1."""
     x = np.zeros((2, 3, 4), np.float32)
     f = jit(backend, lambda v: op.reshape(v, (4, -1)), rewrite=False)
     f(x)
@@ -76,8 +75,7 @@ RESHAPE_SYM = '''"tessera.module"() ({
 
 @clause("GRAPH-RESHAPE-1", "GRAPH-TYPE-1")
 def test_reshape_symbolic(backend):
-    """[B]x64 -> [B]x8x8 and [B]x[S] -> [S]x[B] (a reinterpretation) are legal and run on
-    concrete sizes; [B]x64 -> [B]x2x16 is not (the verifier rejects it: GRAPH-VERIFY-1)."""
+    """[B]x64 -> [B]x8x8 and [B]x[S] -> [S]x[B] are legal; [B]x64 -> [B]x2x16 is rejected."""
     x, y = data((3, 64), "f32"), data((3, 5), "f32", 1)
     a, b = run_text(backend, RESHAPE_SYM, x, y)
     assert_bits(a, x.reshape(3, 8, 8))
@@ -90,8 +88,7 @@ def test_reshape_symbolic(backend):
 @clause("GRAPH-TRANSPOSE-1")
 @pytest.mark.parametrize("element", ELEMENTS)
 def test_transpose_is_numpy_transpose(backend, element):
-    """out axis i is operand axis perm[i]; default reverses, .T reverses, .mT swaps the last two;
-    negative entries count from the end; permute is the same op."""
+    """Result axis i is operand axis perm[i]: default/.T reverse, .mT swaps the last two, permute."""
     x = data((2, 3, 4), element)
     check(backend, lambda v: (op.transpose(v), v.T, v.mT, op.transpose(v, (1, -1, 0)), op.permute(v, (2, 0, 1))),
           (tr.asarray(x),), [x.T, x.T, np.swapaxes(x, -1, -2), np.transpose(x, (1, 2, 0)), np.transpose(x, (2, 0, 1))],
@@ -100,8 +97,7 @@ def test_transpose_is_numpy_transpose(backend, element):
 
 @clause("GRAPH-TRANSPOSE-1")
 def test_transpose_errors_and_canonical_perm(backend):
-    """A perm that is not a permutation of the axes is a ShapeError; the IR stores perm
-    non-negative ([2, 1, 0] for x.T)."""
+    """A non-permutation is a ShapeError; the IR stores perm non-negative."""
     x = np.zeros((2, 3, 4), np.float32)
     for perm in ((0, 1), (0, 0, 1), (0, 1, 3)):
         with pytest.raises(ShapeError):
@@ -123,8 +119,7 @@ def test_broadcast_to_is_numpy(backend, element):
 
 @clause("GRAPH-BROADCASTTO-1")
 def test_broadcast_to_errors(backend):
-    """A dimension that is neither equal nor 1, or a target of lower rank, is a ShapeError; a
-    size-1 axis cannot grow to a symbolic size."""
+    """Unfitting dimensions are ShapeErrors; a size-1 axis cannot grow to a symbolic size."""
     x = np.zeros((2, 3, 4), np.float32)
     for shape in ((3, 3, 4), (3, 4)):
         with pytest.raises(ShapeError):
@@ -161,8 +156,7 @@ def test_getitem_is_numpy_basic_indexing(backend, index):
 @clause("GRAPH-SLICE-1")
 @pytest.mark.parametrize("element", ELEMENTS)
 def test_slice_takes_python_slice_bounds(backend, element):
-    """op.slice(x, starts, stops, steps): slice(start, stop, step).indices(d) per leading axis,
-    other axes whole; every element kind."""
+    """op.slice bounds are Python's slice(...).indices(d) on the leading axes, others whole."""
     x = data((4, 6, 3), element)
     check(backend, lambda v: (op.slice(v, (1, -1), (None, 0), (1, -2)), op.slice(v, (-10,), (10,)),
                               op.slice(v, (2, 5, 2), (0, 1, 0), (-1, -1, -1))), (arg(x, element),),
@@ -171,9 +165,7 @@ def test_slice_takes_python_slice_bounds(backend, element):
 
 @clause("GRAPH-SLICE-1")
 def test_slice_attributes_are_tight_and_errors(backend):
-    """The IR holds tight ranges (empty (0, 0, 1), one element (i, i+1, 1), stop one step past
-    the last index); an int outside [−d, d) is a ShapeError that is also an IndexError; advanced
-    indices and a zero step are OpErrors."""
+    """Tight slice attributes; bad ints are ShapeError+IndexError; advanced indices OpErrors."""
     x = np.zeros((2, 3, 4), np.float32)
     f = jit(backend, lambda v: (v[:, ::-2], v[:, 5:], v[1], v[:, 0:3:2]), rewrite=False)
     f(x)
@@ -207,10 +199,10 @@ def test_concat_in_operand_order(backend, element):
 
 @clause("GRAPH-SLICE-1", "GRAPH-CONCAT-1", "GRAPH-SPLITQKV-1")
 def test_symbolic_axes(backend):
-    """A symbolic axis is sliced only whole (0, name, 1); concat joins along a static axis only;
-    split_qkv takes symbolic leading dimensions and S."""
+    """Symbolic axes: slice keeps them whole, concat joins static axes only, split_qkv passes them."""
     x = data((3, 6), "f32")
-    got = run_text(backend, _one_op("slice", '{starts = [0, 1], steps = [1, 2], stops = ["B", 6]}', "[B]x6", "[B]x3"), x)
+    text = _one_op("slice", '{starts = [0, 1], steps = [1, 2], stops = ["B", 6]}', "[B]x6", "[B]x3")
+    got = run_text(backend, text, x)
     assert_bits(got[0], x[:, 1::2])
     with pytest.raises(TesseraError):
         run_text(backend, _one_op("slice", '{starts = [1, 0], steps = [1, 1], stops = ["B", 6]}', "[B]x6", "[B]x6"), x)
@@ -231,8 +223,7 @@ def test_symbolic_axes(backend):
 
 @clause("GRAPH-CONCAT-1")
 def test_concat_errors(backend):
-    """Different elements are a DTypeError; ranks or other dimensions that differ a ShapeError;
-    no operand at all an OpError."""
+    """Different elements DTypeError, differing ranks/dimensions ShapeError, no operand OpError."""
     x = np.zeros((2, 3), np.float32)
     with pytest.raises(DTypeError):
         run(backend, lambda v: op.concat([v, op.cast(v, "bf16")]), x)
@@ -246,8 +237,7 @@ def test_concat_errors(backend):
 @clause("GRAPH-SPLIT-1")
 @pytest.mark.parametrize("element", ELEMENTS)
 def test_split_sizes_and_equal_parts(backend, element):
-    """split(x, n) gives n equal parts, split(x, [sizes]) parts of those sizes (torch.split,
-    zero sizes allowed); always a tuple."""
+    """split(x, n) gives n equal parts, split(x, sizes) parts of those sizes; always a tuple."""
     x = data((6, 4), element)
     got = run(backend, lambda v: (*op.split(v, 3), *op.split(v, [1, 0, 3], axis=-1), *op.split(v, 1)), arg(x, element))
     want = list(np.split(x, 3)) + [x[:, :1], x[:, 1:1], x[:, 1:]] + [x]
@@ -256,8 +246,7 @@ def test_split_sizes_and_equal_parts(backend, element):
 
 @clause("GRAPH-SPLIT-1")
 def test_split_errors_and_canonical_sizes(backend):
-    """n that does not divide the axis, or sizes that do not sum to it, are ShapeErrors; the IR
-    holds explicit sizes and a non-negative axis."""
+    """A non-dividing n or wrong sizes are ShapeErrors; the IR holds sizes and a >= 0 axis."""
     x = np.zeros((2, 3, 4), np.float32)
     for bad in (lambda v: op.split(v, 3, axis=-1), lambda v: op.split(v, [1, 2])):
         with pytest.raises(ShapeError):

@@ -18,8 +18,7 @@ from ._cases import jit, run_text, skip_unsupported
 
 @clause("GRAPH-TRACE-1")
 def test_one_trace_per_signature(backend):
-    """The function runs once per signature (tensor types plus static values); calling again
-    with the same signature reruns the cached module (new data, no retrace)."""
+    """One trace per signature (tensor types + static values); the cached module reruns."""
     calls = []
 
     def f(a, s, mode):
@@ -40,8 +39,7 @@ def test_one_trace_per_signature(backend):
 
 @clause("GRAPH-TRACE-1")
 def test_ops_are_located_and_concrete_arrays_become_constants(backend):
-    """Each op call appends one op at its calling line; a concrete array used inside becomes a
-    tessera.graph.constant; inspect_ir(optimized=False) shows the trace as recorded."""
+    """Ops carry their calling line; concrete arrays become constants; optimized=False."""
     table = np.arange(4, dtype=np.float32)
 
     def f(x):
@@ -145,8 +143,7 @@ def test_results_are_bit_identical_across_processes(backend):
 
 @clause("GRAPH-EXEC-1")
 def test_arguments_are_checked_against_the_parameters(backend):
-    """Before running: the storage dtype, the rank, every static dimension, and one size per
-    symbolic name across the arguments (and the argument count)."""
+    """Arguments checked: dtype, rank, static dims, one size per symbol, count."""
     func = tr.jit(lambda x: x + 1.0).trace(np.ones(3, np.float32)).body.first_op
     be = backends.get(backend)
     with pytest.raises(DTypeError, match="dtype"):
@@ -178,8 +175,7 @@ def _costs(backend, fn, *shapes_dtypes):
 
 @clause("GRAPH-COST-1", "GRAPH-MATMUL-1", "GRAPH-RESHAPE-1", "GRAPH-SLICE-1", "GRAPH-BROADCASTTO-1")
 def test_costs_flops_and_packed_bytes(backend):
-    """FLOPs (a multiply-add is two: matmul 2·M·N·K) and bytes read plus written, sub-byte
-    formats packed; reshape is 0 bytes, slice twice the result, broadcast operand + result."""
+    """FLOPs and bytes read + written (sub-byte packed) as the simulator records them."""
     got = _costs(backend, lambda a, b, c: (op.matmul(a, b), op.cast(a, "fp4_e2m1"), op.reshape(a, (16, 8)),
                                            op.slice(a, (0, 0), (8, 4)), op.broadcast_to(c, (3, 4))),
                  ((8, 16), "f32"), ((16, 4), "f32"), ((1, 4), "f32"))
@@ -194,9 +190,7 @@ def test_costs_flops_and_packed_bytes(backend):
 @clause("GRAPH-COST-1", "GRAPH-MATMUL-1", "GRAPH-CONV2D-1", "GRAPH-FLASHATTENTION-1", "GRAPH-SOFTMAX-1",
         "GRAPH-RMSNORMSAFE-1", "GRAPH-LAYERNORMSAFE-1", "GRAPH-FFT-1")
 def test_costs_stated_by_the_op_clauses(backend):
-    """The FLOP counts the op clauses state: matmul 2·M·N·K, conv2d 2·N·O·OH·OW·C·KH·KW, flash
-    attention b·(2·Sq·Sk·D + 2·Sq·Sk·Dv + 5·Sq·Sk), softmax 5 per element, rmsnorm 4 (+1 with
-    weight), layernorm 7 (+1 each for weight and bias), radix-2 fft 5·n·log2 n per vector."""
+    """The FLOP counts the op clauses state (matmul, conv2d, attention, norms, fft)."""
     got = _costs(backend, lambda a, b, q, k, v, x, w, z: (
         op.matmul(a, b), op.conv2d(x, w, padding=1), op.flash_attention(q, k, v, block_k=8), op.softmax(a),
         op.rmsnorm_safe(a), op.rmsnorm_safe(b, b[0]), op.layernorm_safe(a, a[0], a[1]), op.fft(z)),
