@@ -15,7 +15,8 @@ BINARY = {"add": R.add, "sub": R.sub, "mul": R.mul, "div": R.div,
           "minimum": lambda A, a, b: R.minimum(a, b), "maximum": lambda A, a, b: R.maximum(a, b)}
 UNARY = {"neg": np.negative, "abs": np.abs}
 #: storage format -> its default accum (NUM-POL-1)
-STORAGE = {"f32": "f32", "f64": "f64", "bf16": "f32", "f16": "f32", "fp8_e4m3": "f32", "fp8_e5m2": "f32"}
+STORAGE = {"f32": "f32", "f64": "f64", "bf16": "f32", "f16": "f32", "fp8_e4m3": "f32", "fp8_e5m2": "f32",
+           "fp6_e3m2": "f32", "fp4_e2m1": "f32"}
 
 
 def _pair(fmt, n=96, seed=0):

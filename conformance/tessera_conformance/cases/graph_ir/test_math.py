@@ -76,8 +76,8 @@ def test_f64_storage_is_the_algorithm_itself(backend, name):
 @clause("GRAPH-MATH-1")
 @pytest.mark.parametrize("name", [pytest.param(n, marks=clause(UNARY[n][0]), id=n) for n in ("exp", "tanh", "gelu")])
 def test_narrow_storage_rounds_twice(backend, name):
-    """bf16 and fp8 storage: RN into the f32 accum first, then RN into storage (two roundings)."""
-    for fmt in ("bf16", "fp8_e4m3"):
+    """bf16, fp8, fp6 and fp4 storage: RN into the f32 accum first, then into storage (two roundings)."""
+    for fmt in ("bf16", "fp8_e4m3", "fp6_e2m3", "fp4_e2m1"):
         x = _inputs(name, fmt, 128)
         check(backend, _fn(name), (round_values(x, fmt),), _expected(name, x, "f32", fmt), what=f"{name} {fmt}")
 
