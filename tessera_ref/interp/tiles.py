@@ -12,18 +12,21 @@ from __future__ import annotations
 
 from ..backends.registry import register
 from ..errors import BackendError, LoweringError
-from ..ir import Module, Operation, func_op, return_op
+from ..ir import Module, Operation, TensorType, func_op, return_op
 from .backend import InterpBackend
 
 __all__ = ["TileBackend"]
 
 
-def _one_op_module(call) -> Module:
-    """A module whose one function applies ``call``'s op to its parameters."""
+def _one_op_module(call, operands) -> Module:
+    """A module whose one function applies ``call``'s op to parameters of the operands' shapes
+    (a traced op's symbolic sizes take the sizes of this run)."""
     prim = call.primitive
-    func = func_op(f"{prim.name}_kernel", list(call.in_types), list(call.out_types), location=call.location)
+    in_types = tuple(TensorType(x.shape, t.policy) for x, t in zip(operands, call.in_types))
+    out_types = prim.infer_types(call.attrs, in_types, call.location)
+    func = func_op(f"{prim.name}_kernel", list(in_types), list(out_types), location=call.location)
     block = func.regions[0].entry
-    op = Operation(prim.ir_name, block.args, call.out_types, dict(call.attrs), (), call.location)
+    op = Operation(prim.ir_name, block.args, out_types, dict(call.attrs), (), call.location)
     block.append(op)
     block.append(return_op(op.results, location=call.location))
     module = Module()
@@ -42,7 +45,7 @@ class TileBackend(InterpBackend):
         if call.primitive.kernel_family is None:
             return super().run_op(call, *operands)
         try:
-            program = self.lower(_one_op_module(call))
+            program = self.lower(_one_op_module(call, operands))
         except LoweringError as exc:
             raise BackendError(f"interp-tiles has no tile kernel for this {call.primitive.name}: {exc.what}",
                                location=call.location, fix="run it on the 'interp' backend") from None

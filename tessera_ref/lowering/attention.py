@@ -76,6 +76,9 @@ def lower_attention(kop, name: str) -> KernelPlan:
                             f"lowering", location=op.location, fix="broadcast the batch axes first")
     batch = math.prod(q.shape[:-2])
     (Sq, D), Sk, Dv = q.shape[-2:], k.shape[-2], v.shape[-1]
+    if Sk == 0 or Sq == 0:
+        raise LoweringError(f"flash_attention: Sq={Sq}, Sk={Sk}: an empty query or key axis has no blocks to tile",
+                            location=op.location, fix="run it at the Graph level (its rows are NaN without keys)")
     s = kop.attributes
     Br, Bc, lanes, pad = s["tile"][0], s["tile"][1], s["lanes"], s["padding"]
     W = lanes // 32

@@ -72,9 +72,12 @@ def _check_csr(indptr: np.ndarray, indices: np.ndarray, m: int, k: int) -> None:
     if indptr.shape[0] != m + 1:
         raise OpError(f"spmm: indptr has {indptr.shape[0]} entries, the CSR shape ({m}, {k}) needs {m + 1}",
                       fix="pass the CSR matrix's own indptr and shape")
-    if indptr[0] != 0 or indptr[-1] != nnz:
-        raise OpError(f"spmm: indptr must start at 0 and end at nnz = {nnz}, got indptr[0] = {indptr[0]}, "
-                      f"indptr[-1] = {indptr[-1]}", fix="pass a valid CSR matrix (scipy: .tocsr())")
+    if indptr[0] != 0:
+        raise OpError(f"spmm: row 0 starts at indptr[0] = {indptr[0]}, not 0",
+                      fix="pass a valid CSR matrix (scipy: .tocsr())")
+    if indptr[-1] != nnz:
+        raise OpError(f"spmm: row {m - 1} ends at indptr[{m}] = {indptr[-1]}, not at nnz = {nnz} (the length of "
+                      "indices and data)", fix="pass a valid CSR matrix (scipy: .tocsr())")
     bad = np.flatnonzero(np.diff(indptr) < 0)
     if bad.size:
         i = int(bad[0])

@@ -212,16 +212,7 @@ def test_spmm_bf16_and_exact(backend):
 
 @clause("GRAPH-SPMM-1")
 @pytest.mark.parametrize("indptr,indices", [
-    pytest.param([1, 3, 3, 7, 9], None, marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: GRAPH-SPMM-1 asks for an OpError naming the offending row; indptr[0] != 0 is reported "
-        "without a row ('indptr must start at 0 and end at nnz')"))),
-    ([0, 3, 2, 7, 9], None),
-    pytest.param([0, 3, 3, 7, 8], None, marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: GRAPH-SPMM-1 asks for an OpError naming the offending row; indptr[-1] != nnz is reported "
-        "without a row"))),
-    pytest.param([0, 3, 3, 9], None, marks=pytest.mark.xfail(strict=True, reason=(
-        "BUG: GRAPH-SPMM-1 makes an indptr without m + 1 entries an OpError when the op runs; the "
-        "implementation raises a ShapeError at trace time"))),
+    ([1, 3, 3, 7, 9], None), ([0, 3, 2, 7, 9], None), ([0, 3, 3, 7, 8], None),
     (None, [4, 0, 4, 2, 1, 5, 0, 3, 1]), (None, [4, 0, 4, 2, -1, 2, 0, 3, 1])])
 def test_spmm_structure_errors(backend, indptr, indices):
     """A bad indptr or column index is an OpError naming the row, raised when the op runs."""
@@ -230,3 +221,11 @@ def test_spmm_structure_errors(backend, indptr, indices):
     with pytest.raises(OpError, match="row"):
         run(backend, lambda pp, ii, d, x: op.spmm((pp, ii, d, (4, 5)), x), p, i, np.ones(9, np.float32),
             np.ones((5, 2), np.float32))
+
+
+@clause("GRAPH-SPMM-1")
+def test_spmm_indptr_without_m_plus_1_entries_is_a_shape_error(backend):
+    """An indptr type of the wrong length is a ShapeError when the op is traced."""
+    with pytest.raises(ShapeError, match="m [+] 1"):
+        run(backend, lambda pp, ii, d, x: op.spmm((pp, ii, d, (4, 5)), x), np.array([0, 3, 3, 9]),
+            np.array(CSR[1]), np.ones(9, np.float32), np.ones((5, 2), np.float32))
