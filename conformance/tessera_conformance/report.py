@@ -9,18 +9,19 @@ from .clauses import load, load_not_testable
 
 __all__ = ["Matrix", "cell"]
 
-#: How a clause stands on a backend, worst first.
-ORDER = ("fail", "pass", "unsupported", "n/a", "skip")
+#: How a clause stands on a backend, worst first (``xfail``: a case marked as a known bug).
+ORDER = ("fail", "xfail", "pass", "unsupported", "n/a", "skip")
 
 
 def cell(outcomes: list) -> str:
     """The matrix entry of one clause on one backend from its cases' outcomes: any failure
-    fails it; else any pass passes it; else the cases' common reason for not running."""
+    fails it; else a case marked as a known bug makes it one; else any pass passes it; else
+    the cases' reason for not running."""
     if not outcomes:
         return "no case"
     for outcome in ORDER:
         if outcome in outcomes:
-            return {"fail": "FAIL"}.get(outcome, outcome)
+            return {"fail": "FAIL", "xfail": "known bug"}.get(outcome, outcome)
     return outcomes[0]
 
 
