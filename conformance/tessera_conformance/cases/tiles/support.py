@@ -1,0 +1,174 @@
+"""What the tile cases share: launching on the backend under test, the report's checker and
+counter parts (n/a where a backend has none, required of the oracle), exact rounding into a
+format (NUM-CVT-2/3, computed here), and hardware.md's bank and sector rules."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tessera_ref import backends
+from tessera_ref.errors import BackendError
+from tessera_ref.ir.launch import Launch
+from tessera_conformance import ORACLE, not_applicable
+from tessera_conformance.harness import UNSUPPORTED
+
+# -- launching -------------------------------------------------------------------------------
+
+
+def launch(backend, kern, *args, **options):
+    """``kern(*args, **options)`` — ``Kernel.__call__``, so the current backend's ``launch`` —
+    inside ``backends.use(backend)``; the launch's report."""
+    try:
+        with backends.use(backend):
+            return kern(*args, **options)
+    except BackendError as exc:
+        pytest.skip(f"{UNSUPPORTED} {backend} refuses the launch: {exc.what}")
+
+
+def launch_module(backend, module, buffers, *, grid=1, lanes=32, **options):
+    """A hand-built Tile IR module launched by ``backend.launch`` (BACKEND-LAUNCH-1)."""
+    try:
+        return backends.get(backend).launch(Launch(module, None, grid, lanes, buffers, **options))
+    except BackendError as exc:
+        pytest.skip(f"{UNSUPPORTED} {backend} refuses the launch: {exc.what}")
+
+
+def findings(backend, report) -> list:
+    """The report's checker findings; n/a on a backend whose launches report none (a GPU has
+    no race checker), but the oracle must have them."""
+    got = getattr(report, "findings", None)
+    if got is None:
+        assert backend != ORACLE, "the oracle's launch report has no findings"
+        not_applicable(f"{backend}'s launch reports no checker findings")
+    return list(got)
+
+
+def counters(backend, report):
+    """The report's counters; n/a on a backend whose launches count nothing (the oracle must)."""
+    got = getattr(report, "counters", None)
+    if got is None or not hasattr(got, "flops"):
+        assert backend != ORACLE, "the oracle's launch report has no counters"
+        not_applicable(f"{backend}'s launch reports no counters")
+    return got
+
+
+def copies(args):
+    return [np.array(a) if isinstance(a, np.ndarray) else a for a in args]
+
+
+def expect_error(backend, error, match: str, kern, *args, **options):
+    """``kern`` launched on ``args`` raises ``error`` (message matching ``match``); on copies
+    with ``on_error="collect"`` first, so a backend without checkers is n/a, not a failure.
+    Returns the collected findings."""
+    report = launch(backend, kern, *copies(args), on_error="collect", **options)
+    found = findings(backend, report)
+    with pytest.raises(error, match=match) as info:
+        launch(backend, kern, *args, **options)
+    return found, str(info.value)
+
+
+def where(path, marker: str) -> str:
+    """``"<file>:<line>"`` of the only line of ``path`` ending in ``marker`` (a kernel line's
+    trailing comment), as kernel messages name it."""
+    lines = [i + 1 for i, text in enumerate(Path(path).read_text().splitlines()) if text.rstrip().endswith(marker)]
+    assert len(lines) == 1, f"{marker!r} marks {len(lines)} lines of {path}"
+    return f"{Path(path).name}:{lines[0]}"
+
+
+def line_of(path, marker: str) -> str:
+    """:func:`where` as a regex."""
+    return re.escape(where(path, marker)) + r"\b"
+
+
+# -- formats and exact rounding (NUM-CVT-2, NUM-CVT-3 rne/native, computed here) ------------
+
+#: name -> (dtype, significand bits p, emin, max finite, value on overflow)
+FORMATS = {
+    "f64": (np.dtype(np.float64), 53, -1022, float(np.finfo(np.float64).max), np.inf),
+    "f32": (np.dtype(np.float32), 24, -126, float(np.finfo(np.float32).max), np.inf),
+    "f16": (np.dtype(np.float16), 11, -14, 65504.0, np.inf),
+    "bf16": (np.dtype(ml_dtypes.bfloat16), 8, -126, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), np.inf),
+    "fp8_e4m3": (np.dtype(ml_dtypes.float8_e4m3fn), 4, -6, 448.0, np.nan),
+    "fp8_e5m2": (np.dtype(ml_dtypes.float8_e5m2), 3, -14, 57344.0, np.inf),
+}
+
+
+def dtype(fmt: str) -> np.dtype:
+    return FORMATS[fmt][0]
+
+
+def round_to(exact, fmt: str) -> np.ndarray:
+    """The exact values ``exact`` (float64 arrays that hold them exactly) rounded once to
+    nearest even into ``fmt`` with its native overflow: ``n·2^q`` with ``2^q`` the spacing at
+    ``|x|`` (subnormals on their grid), computed with exact power-of-two scaling."""
+    x = np.asarray(exact, np.float64)
+    dt, p, emin, top, over = FORMATS[fmt]
+    if fmt == "f64":
+        return x.copy()
+    ax = np.abs(x)
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.frexp(ax)[1] - 1  # floor(log2 |x|) for finite non-zero |x|
+        q = np.maximum(e, emin) - (p - 1)
+        r = np.ldexp(np.rint(np.ldexp(ax, -q)), q)  # rint: half to even, exact on float64
+        r = np.where(r > top, over, r)
+        r = np.where(np.isnan(ax), np.nan, np.copysign(r, x))
+    out = r.astype(dt)  # exact: every value is representable
+    return out
+
+
+def bits(a) -> np.ndarray:
+    a = np.atleast_1d(np.asarray(a))
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+# -- hardware.md's memory rules, computed here ---------------------------------------------
+
+
+def bank_wavefronts(requests, access_bytes: int) -> tuple:
+    """``(wavefronts, ideal)`` of shared requests: each request is the byte addresses of up
+    to 32 lanes (or pieces) in lane order; phases of 32 / 16 / 8 lanes for accesses of at most
+    4 / 8 / 16 bytes; per phase the largest number of distinct words in one bank, and the
+    ideal ``ceil(distinct words / 32)``."""
+    per = 32 if access_bytes <= 4 else 128 // access_bytes
+    waves = ideal = 0
+    for request in requests:
+        for start in range(0, len(request), per):
+            words = {a // 4 + w for a in request[start:start + per] for w in range(max(1, access_bytes // 4))}
+            by_bank: dict = {}
+            for w in words:
+                by_bank.setdefault(w % 32, set()).add(w)
+            waves += max(len(s) for s in by_bank.values())
+            ideal += -(-len(words) // 32)
+    return waves, ideal
+
+
+def global_sectors(requests, access_bytes: int) -> int:
+    """Distinct 32-byte sectors touched, summed over requests (byte addresses per request)."""
+    return sum(len({b // 32 for a in request for b in (a, a + access_bytes - 1)}) for request in requests)
+
+
+def warps(addresses) -> list:
+    """Consecutive groups of 32 of an address list (the warps of a lane or piece order)."""
+    addresses = list(addresses)
+    return [addresses[i:i + 32] for i in range(0, len(addresses), 32)]
+
+
+def swizzle(o: int) -> int:
+    """CuTe's Swizzle<3,4,3> of a byte offset (TILE-MEM-2)."""
+    return o ^ ((o & (7 << 7)) >> 3)
+
+
+def pieces(src_rows, dst_rows, row_bytes: int, size: int, swizzled: bool = False):
+    """TILE-VIS-3's split of a copy whose rows start at the byte addresses ``src_rows`` and
+    ``dst_rows``: the largest of 16, 8 and 4 bytes whose pieces are contiguous and naturally
+    aligned in both buffers, else elements; ``(piece, [(src, dst) byte address of each piece
+    in order])``, the shared addresses swizzled when asked."""
+    for piece in (16, 8, 4, size):
+        if piece >= size and row_bytes % piece == 0 and all(a % piece == 0 for a in list(src_rows) + list(dst_rows)):
+            break
+    moves = [(s + o, d + o) for s, d in zip(src_rows, dst_rows) for o in range(0, row_bytes, piece)]
+    return piece, [(s, swizzle(d) if swizzled else d) for s, d in moves]
