@@ -125,6 +125,31 @@ def bits(a) -> np.ndarray:
     return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
 
 
+# -- the canonical orders (NUM-RED-1, NUM-RED-2), computed here ------------------------------
+
+
+def fma_chain(a, b, accum="f32", c=None):
+    """NUM-RED-1 in float64: acc = round(acc + a[:, k] b[k, :]) for k ascending, from +0 (or
+    ``c``). Exact before each rounding when a, b and c are multiples of 2^-4 below 2^7 (sums
+    stay below 2^45); the caller rounds the result into storage."""
+    acc = np.zeros((a.shape[0], b.shape[1])) if c is None else np.array(c, np.float64)
+    for k in range(a.shape[1]):
+        acc = round_to(acc + np.outer(a[:, k].astype(np.float64), b[k].astype(np.float64)), accum).astype(np.float64)
+    return acc
+
+
+def warp_sum(rows):
+    """NUM-RED-2 in f32 along the last axis of 2-D ``rows`` (converted exactly to f32): lane l
+    folds x_l, x_{l+32}, ... from -0, then the butterfly 16 ... 1; shape [rows, 1]."""
+    rows = np.asarray(rows).astype(np.float32)
+    p = np.full((rows.shape[0], 32), -0.0, np.float32)
+    for j in range(rows.shape[1]):
+        p[:, j % 32] = p[:, j % 32] + rows[:, j]
+    for off in (16, 8, 4, 2, 1):
+        p = p + p[:, np.arange(32) ^ off]
+    return p[:, :1]
+
+
 # -- hardware.md's memory rules, computed here ---------------------------------------------
 
 

@@ -10,7 +10,7 @@ from tessera_ref.errors import KernelError
 from tessera_ref.ir import tile as T
 from tessera_conformance import ORACLE, assert_bits, clause, run
 
-from .support import bits, dtype, launch, launch_module, round_to
+from .support import bits, dtype, fma_chain, launch, launch_module, round_to, warp_sum
 
 _LANE_OPS = '''
 @kernel
@@ -70,15 +70,6 @@ def tiled_matmul(A: f32[M, K], B: f32[K, N], C: mut[f32[M, N]]):
         acc += tile.mma(sA, sB, accum=f32)
         tbarrier()
     tile.store(C, index=(m0, n0), value=acc)
-
-
-def fma_chain(a, b, accum="f32"):
-    """NUM-RED-1 in float64: acc = round(acc + a[:, k] b[k, :]) for k ascending, from +0. Exact
-    before each rounding when a and b are multiples of 2^-4 below 2^7 (sums stay below 2^45)."""
-    acc = np.zeros((a.shape[0], b.shape[1]))
-    for k in range(a.shape[1]):
-        acc = round_to(acc + np.outer(a[:, k].astype(np.float64), b[k].astype(np.float64)), accum).astype(np.float64)
-    return acc
 
 
 @clause("TILE-NUM-1")
@@ -147,16 +138,6 @@ def _reduce_kernel(fn, shape):
     X, Y = kb.params
     kb.frag_store(kb.subview(Y, [0, 0], (shape[0], 1)), kb.reduce(kb.frag_load(kb.subview(X, [0, 0], shape)), fn, 1))
     return kb.finish()
-
-
-def warp_sum(rows):
-    """NUM-RED-2 in f32: lane l folds x_l, x_{l+32}, ... from -0, then the butterfly 16 ... 1."""
-    p = np.full((rows.shape[0], 32), -0.0, np.float32)
-    for j in range(rows.shape[1]):
-        p[:, j % 32] = p[:, j % 32] + rows[:, j]
-    for off in (16, 8, 4, 2, 1):
-        p = p + p[:, np.arange(32) ^ off]
-    return p[:, :1]
 
 
 @clause("TILE-NUM-1")
