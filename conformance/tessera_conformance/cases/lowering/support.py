@@ -14,7 +14,7 @@ from tessera_ref.ir import schedule as S
 from tessera_conformance import ORACLE, run
 from tessera_conformance.harness import UNSUPPORTED
 
-from ..tiles.support import findings, launch_module
+from ..tiles.support import dtype, findings, launch_module
 
 
 def graph_of(fn, *args):
@@ -119,3 +119,19 @@ def planted_race(backend, program, args, needle: str, after: str, match=None):
     assert [f for f in findings(backend, report) if f.kind == "race"]
     with pytest.raises(TileRaceError, match=match):
         launch_module(backend, broken, list(args) + outs, **launch)
+
+
+def alloc_bytes(func) -> int:
+    """The static shared memory of a Tile IR kernel, computed here from its ``alloc`` ops:
+    elements with padded rows times the element size."""
+    def flat(items):
+        for x in items:
+            yield from flat(x) if isinstance(x, list) else [x]
+    total = 0
+    for line in flat(skeleton(func.regions[0].entry)):
+        if line.startswith("alloc "):
+            shape, pad = line.split()[1], int(line.split()[2][4:])
+            *dims, fmt = shape.split("x")
+            rows = int(np.prod([int(d) for d in dims[:-1]]))
+            total += rows * (int(dims[-1]) + pad) * dtype(fmt).itemsize
+    return total

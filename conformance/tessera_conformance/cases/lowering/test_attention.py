@@ -6,8 +6,8 @@ from tessera_ref import op
 from tessera_ref.lowering.cost import attention_cost, kernel_cost, naive_attention_bytes
 from tessera_conformance import assert_bits, assert_close, clause
 
-from ..tiles.support import counters, dtype, findings, round_to
-from .support import graph, kernels, lower_only, lowered, planted_race, schedule_of, skeleton, tile_funcs
+from ..tiles.support import counters, findings, round_to
+from .support import alloc_bytes, graph, kernels, lower_only, lowered, planted_race, schedule_of, skeleton, tile_funcs
 
 RNG = np.random.default_rng(17)
 SHAPES = ((2, 16, 16), (2, 96, 16), (2, 96, 8))  # a Q tile of 16 rows per batch entry, 3 key blocks of 32
@@ -31,17 +31,6 @@ def attention64(q, k, v, causal=False):
         s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)  # bottom-right aligned
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     return (p / p.sum(axis=-1, keepdims=True)) @ v
-
-
-def _alloc_bytes(func):
-    total = 0
-    for line in skeleton(func.regions[0].entry):
-        if isinstance(line, str) and line.startswith("alloc "):
-            shape, pad = line.split()[1], int(line.split()[2][4:])
-            dims, fmt = shape.split("x")[:-1], shape.split("x")[-1]
-            rows = int(np.prod([int(d) for d in dims[:-1]]))
-            total += rows * (int(dims[-1]) + pad) * dtype(fmt).itemsize
-    return total
 
 
 @clause("LOWER-FA-1", "LOWER-EXACT-1")
@@ -87,7 +76,7 @@ def test_shared_memory_grows_by_one_k_and_v_block_per_stage(backend):
     sizes = {}
     for stages in (1, 2, 3):
         program = lower_only(backend, flash, q, k, v, directives=dict(BASE, stages=stages, padding=2))
-        sizes[stages] = _alloc_bytes(tile_funcs(program)[0])
+        sizes[stages] = alloc_bytes(tile_funcs(program)[0])
         assert kernel_cost(kernels(program)[0]).smem_bytes == sizes[stages]
     assert sizes[2] - sizes[1] == sizes[3] - sizes[2] == 32 * (16 + 8 + 2 * 2) * 2
 

@@ -6,7 +6,7 @@ import pytest
 from tessera_ref import op
 from tessera_conformance import assert_bits, assert_close, clause
 
-from ..tiles.support import bits, counters, dtype, findings, global_sectors, round_to, warp_sum, warps
+from ..tiles.support import bits, counters, dtype, findings, global_sectors, round_to, warp_sum
 from .support import adversarial, graph, lowered, planted_race, tile_funcs
 
 RNG = np.random.default_rng(13)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera_ref import cp_async, kernel, tbarrier, tile, tshared
+from tessera_ref import kernel, tbarrier, tile, tshared
 from tessera_ref.errors import TileBarrierError, TileBoundsError, TileRaceError, TileUninitializedError
 from tessera_conformance import assert_bits, clause
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera_ref import cp_async, kernel, tbarrier, tile, tshared
+from tessera_ref import kernel, tbarrier, tile, tshared
 from tessera_ref.errors import KernelError
 from tessera_ref.ir import IRError, parse_module, verify
 from tessera_ref.ir import tile as T

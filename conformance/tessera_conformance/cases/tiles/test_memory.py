@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tessera_ref import cp_async, kernel, tbarrier, tile, tshared
+from tessera_ref import kernel, tbarrier, tile, tshared
 from tessera_ref.errors import KernelError
 from tessera_conformance import assert_bits, clause
 
