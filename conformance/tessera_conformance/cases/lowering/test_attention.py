@@ -6,7 +6,7 @@ from tessera_ref import op
 from tessera_ref.lowering.cost import attention_cost, kernel_cost, naive_attention_bytes
 from tessera_conformance import assert_bits, assert_close, clause
 
-from ..tiles.support import counters, findings, round_to
+from ..tiles.support import counters, findings, part, round_to
 from .support import alloc_bytes, graph, kernels, lower_only, lowered, planted_race, schedule_of, skeleton, tile_funcs
 
 RNG = np.random.default_rng(17)
@@ -42,7 +42,7 @@ def test_flash_attention_gives_the_graphs_bits(backend, fmt, causal):
     got, reports, program = lowered(backend, f, q, k, v, directives=dict(BASE, tile=(16, 64, 32), padding=1),
                                     counters=False)
     assert_bits(got, graph(f, q, k, v))
-    assert findings(backend, reports[0]) == [] and reports[0].coverage["O"] == (2 * 16 * 8,) * 2
+    assert findings(backend, reports[0]) == [] and part(backend, reports[0], "coverage")["O"] == (2 * 16 * 8,) * 2
     if fmt == "f32":
         assert_close(got[0], attention64(q, k, v, causal), rel=1e-5)
     assert schedule_of(kernels(program)[0])["tile"] == [16, 32, 16]  # (Br, block_k, D): the key tile is block_k

@@ -6,7 +6,7 @@ import pytest
 from tessera_ref import op
 from tessera_conformance import assert_bits, assert_close, clause
 
-from ..tiles.support import bits, counters, dtype, findings, global_sectors, round_to, warp_sum
+from ..tiles.support import bits, counters, dtype, findings, global_sectors, part, round_to, warp_sum
 from .support import adversarial, graph, lowered, planted_race, tile_funcs
 
 RNG = np.random.default_rng(13)
@@ -175,7 +175,7 @@ def test_lane_t_of_tile_g_handles_g_lanes_v_plus_j_lanes_plus_t(backend, n, lane
     got, reports, program = lowered(backend, lambda a, b: a + b, a, b, directives=dict(lanes=lanes, vectorize=v))
     assert_bits(got[0], round_to(a.astype(np.float64) + b.astype(np.float64), fmt))
     grid = -(-n // (lanes * v))
-    assert tuple(reports[0].grid) == (grid,) and reports[0].lanes == lanes
+    assert tuple(part(backend, reports[0], "grid")) == (grid,) and part(backend, reports[0], "lanes") == lanes
     size = dtype(fmt).itemsize
     requests = []
     for g in range(grid):

@@ -37,23 +37,25 @@ def launch_module(backend, module, buffers, *, grid=1, lanes=32, **options):
         pytest.skip(f"{UNSUPPORTED} {backend} refuses the launch: {exc.what}")
 
 
-def findings(backend, report) -> list:
-    """The report's checker findings; n/a on a backend whose launches report none (a GPU has
-    no race checker), but the oracle must have them."""
-    got = getattr(report, "findings", None)
+def part(backend, report, name: str):
+    """``report.<name>`` (findings, counters, coverage, roofline, grid ...); n/a on a backend
+    whose launch reports do not have it (BACKEND-LAUNCH-1: a GPU has no race checker), but the
+    oracle's must."""
+    got = getattr(report, name, None)
     if got is None:
-        assert backend != ORACLE, "the oracle's launch report has no findings"
-        not_applicable(f"{backend}'s launch reports no checker findings")
-    return list(got)
+        assert backend != ORACLE, f"the oracle's launch report has no {name}"
+        not_applicable(f"{backend}'s launch reports have no {name}")
+    return got
+
+
+def findings(backend, report) -> list:
+    """The report's checker findings (see :func:`part`)."""
+    return list(part(backend, report, "findings"))
 
 
 def counters(backend, report):
-    """The report's counters; n/a on a backend whose launches count nothing (the oracle must)."""
-    got = getattr(report, "counters", None)
-    if got is None or not hasattr(got, "flops"):
-        assert backend != ORACLE, "the oracle's launch report has no counters"
-        not_applicable(f"{backend}'s launch reports no counters")
-    return got
+    """The report's counters (see :func:`part`)."""
+    return part(backend, report, "counters")
 
 
 def copies(args):

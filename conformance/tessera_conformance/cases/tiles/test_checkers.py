@@ -9,7 +9,7 @@ from tessera_ref import kernel, tbarrier, tile, tshared
 from tessera_ref.errors import TileBarrierError, TileBoundsError, TileRaceError, TileUninitializedError
 from tessera_conformance import assert_bits, clause
 
-from .support import expect_error, findings, launch, line_of, where
+from .support import expect_error, findings, launch, line_of, part, where
 
 HAZARD = 0
 
@@ -90,8 +90,8 @@ def test_a_global_read_out_of_bounds_names_index_shape_space_tile_lanes_and_line
     x, y = np.ones(1000, np.float32), np.ones(1000, np.float32)
     _, message = expect_error(backend, TileBoundsError, line_of(__file__, "# CHECK-3 unguarded"), saxpy_unguarded,
                               x, y, np.float32(2), grid=8, lanes=128)
-    for part in ("x[1000]", "[1000]", "global", "104-127", "(7,)"):
-        assert part in message
+    for piece in ("x[1000]", "[1000]", "global", "104-127", "(7,)"):
+        assert piece in message
 
 
 @clause("TILE-CHECK-3")
@@ -102,7 +102,7 @@ def test_collect_skips_the_offending_lanes(backend):
     (bounds,) = [f for f in findings(backend, report) if f.kind == "bounds"]
     assert bounds.tile == (7,) and tuple(bounds.lanes) == tuple(range(104, 128))
     assert_bits(y, (np.float32(2) * x + np.float32(1)).astype(np.float32))
-    assert report.coverage["y"] == (1000, 1000)
+    assert part(backend, report, "coverage")["y"] == (1000, 1000)
 
 
 VIEW = 0
@@ -124,6 +124,8 @@ def views(X: f32[8], Y: mut[f32[16]]):
         Y[i] = u[i]  # CHECK-3 past view
     if VIEW == 4:
         s[i] = 1.0  # CHECK-3 shared store
+    if VIEW == 5:
+        f = tile.load(X, index=(4,), shape=(8,))  # CHECK-3 fragment
 
 
 @clause("TILE-CHECK-3")
@@ -132,13 +134,14 @@ def views(X: f32[8], Y: mut[f32[16]]):
     (2, "# CHECK-3 shared view", ("s[0:16]", "size 8", "shared")),
     (3, "# CHECK-3 past view", ("[4]", "[4]", "4-7")),  # lanes 4-7 index the 4-element view
     (4, "# CHECK-3 shared store", ("s[8]", "shared", "8-15")),
+    (5, "# CHECK-3 fragment", ("X[4:12]", "size 8")),
 ])
 def test_views_and_shared_accesses_are_bounds_checked(backend, view, marker, parts):
     _, message = expect_error(backend, TileBoundsError, line_of(__file__, marker), views.specialize(VIEW=view),
                               np.arange(8, dtype=np.float32), np.zeros(16, np.float32), grid=1,
                               lanes=16 if view in (2, 4) else 8)
-    for part in parts:
-        assert part in message
+    for piece in parts:
+        assert piece in message
 
 
 @clause("TILE-CHECK-3")

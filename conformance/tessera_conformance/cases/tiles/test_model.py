@@ -125,7 +125,7 @@ def every_tile_stores(Y: mut[f32[1]]):
     """Every tile stores its own linear number into Y[0]: a race between tiles."""
     t = tile.id(0) * tile.num_tiles(1) + tile.id(1)
     if tile.lane_id() == 0:
-        Y[0] = float(t)  # MODEL-3 store
+        Y[0] = float(t)
 
 
 @kernel
