@@ -1,0 +1,167 @@
+"""LOWER-FAMILY-1 (what lowers, with which default schedule) and LOWER-PLAN-1 (launches and
+the buffers the host sees)."""
+import numpy as np
+import pytest
+
+import tessera_ref as t
+from tessera_ref import op
+from tessera_ref.errors import LoweringError
+from tessera_ref.lowering import graph_to_schedule
+from tessera_ref.lowering.family import FAMILIES, KernelFamily
+from tessera_ref.numerics import Policy
+from tessera_ref.ops import PRIMITIVES
+from tessera_conformance import assert_bits, clause
+
+from ..tiles.support import line_of, part
+from .support import adversarial, graph, graph_of, kernels, lowered, schedule_of, tile_funcs
+
+RNG = np.random.default_rng(9)
+
+FAMILY_OPS = {
+    "matmul": ["matmul"],
+    "rows": ["layernorm_safe", "max", "mean", "min", "rmsnorm_safe", "softmax", "sum"],
+    "elementwise": ["abs", "add", "div", "maximum", "minimum", "mul", "neg", "sub"],
+    "attention": ["flash_attention"],
+}
+
+
+@clause("LOWER-FAMILY-1")
+def test_the_four_families_and_their_ops():
+    assert list(FAMILIES) == list(FAMILY_OPS)
+    for name, ops in FAMILY_OPS.items():
+        family = FAMILIES[name]
+        assert isinstance(family, KernelFamily) and family.ops() == ops
+        assert all(PRIMITIVES[o].kernel_family is family for o in ops)
+    lowering = {p.kernel_family for p in PRIMITIVES.values()}
+    assert lowering == set(FAMILIES.values()) | {None}
+    assert PRIMITIVES["exp"].kernel_family is None and PRIMITIVES["transpose"].kernel_family is None
+
+
+def _default(fn, *shapes):
+    module = graph_to_schedule(graph_of(fn, *[np.ones(s, np.float32) for s in shapes]))
+    (k,) = [o for o in module.body.first_op.regions[0].entry if o.name == "tessera.schedule.kernel"]
+    s = schedule_of(k)
+    return {key: s[key] for key in ("tile", "lanes", "vectorize", "shared", "async_copy", "stages", "swizzle")}
+
+
+@clause("LOWER-FAMILY-1", "SCHED-FIT-1")
+@pytest.mark.parametrize("fn, shapes, want", [
+    (lambda a, b: op.matmul(a, b), [(256, 256), (256, 256)],
+     dict(tile=[64, 64, 32], lanes=128, vectorize=1, shared=True, async_copy=True, stages=2, swizzle="none")),
+    (lambda x: op.softmax(x), [(16, 64)],
+     dict(tile=[4], lanes=128, vectorize=1, shared=False, async_copy=False, stages=1, swizzle="none")),
+    (lambda a, b: a + b, [(4, 256), (4, 256)],
+     dict(tile=[128], lanes=128, vectorize=1, shared=False, async_copy=False, stages=1, swizzle="none")),
+    (lambda q: op.flash_attention(q, q, q, block_k=64), [(256, 64)],
+     dict(tile=[64, 64, 64], lanes=128, vectorize=1, shared=True, async_copy=True, stages=2, swizzle="none")),
+])
+def test_default_schedules(fn, shapes, want):
+    assert _default(fn, *shapes) == want
+
+
+def bad_transpose(x):
+    return op.transpose(x)  # LOWER-FAMILY bad op
+
+
+def bad_reduction(x):
+    return op.sum(x, axis=1)  # LOWER-FAMILY bad policy
+
+
+def bad_matmul(a, b):
+    return op.matmul(a, b, transpose_a=True)  # LOWER-FAMILY bad transpose
+
+
+def bad_empty(a, b):
+    return op.matmul(a, b)  # LOWER-FAMILY bad empty
+
+
+def bad_axes(x):
+    return op.sum(x, axis=(0, 2))  # LOWER-FAMILY bad axes
+
+
+def bad_broadcast(a, b):
+    return a + b  # LOWER-FAMILY bad broadcast
+
+
+def bad_block(q):
+    return op.flash_attention(q, q, q, block_k=12)  # LOWER-FAMILY bad block
+
+
+@clause("LOWER-FAMILY-1")
+@pytest.mark.parametrize("fn, args, directives, marker, types", [
+    (bad_transpose, [np.ones((4, 8), np.float32)], None, "bad op", "tensor<4x8xf32>"),
+    (bad_reduction, [t.asarray(np.ones((4, 64), np.float32), policy=Policy("f32", reduction="exact"))], None,
+     "bad policy", "reduction=exact"),
+    (bad_reduction, [t.asarray(np.ones((4, 64), np.float32), policy=Policy("f32", rounding="rtz"))], None,
+     "bad policy", "rounding=rtz"),
+    (bad_reduction, [t.asarray(np.ones((4, 64), np.float32), policy=Policy("f32", accum="f16"))], None,
+     "bad policy", "accum=f16"),
+    (bad_matmul, [np.ones((64, 64), np.float32)] * 2, dict(shared=False), "bad transpose", "transpose_a"),
+    (bad_empty, [np.ones((0, 64), np.float32), np.ones((64, 64), np.float32)], None, "bad empty", "tensor<0x64xf32>"),
+    (bad_axes, [np.ones((5, 7, 3), np.float32)], None, "bad axes", "tensor<5x7x3xf32>"),
+    (bad_broadcast, [np.ones((5, 1), np.float32), np.ones((5, 7), np.float32)], None, "bad broadcast",
+     "tensor<5x1xf32>"),
+    (bad_block, [np.ones((32, 16), np.float32)], None, "bad block", "block_k"),
+])
+def test_anything_else_is_a_lowering_error_naming_op_types_and_line(backend, fn, args, directives, marker, types):
+    with pytest.raises(LoweringError, match=line_of(__file__, f"# LOWER-FAMILY {marker}")) as info:
+        lowered(backend, fn, *args, directives=directives)
+    assert types in str(info.value)
+
+
+@clause("LOWER-FAMILY-1", "LOWER-EXACT-1")
+def test_supported_policies_f64_storage_and_accumulation(backend):
+    x = adversarial(RNG, (4, 100), np.float64)
+    f = lambda x: op.sum(x, axis=1)  # noqa: E731
+    got, _, _ = lowered(backend, f, x)
+    assert got[0].dtype == np.float64
+    assert_bits(got, graph(f, x))
+
+
+@clause("LOWER-FAMILY-1", "LOWER-PLAN-1")
+def test_constants_stay_on_the_host(backend):
+    x = adversarial(RNG, (4, 40))
+    f = lambda x: op.softmax(x * 3.0 + np.ones((4, 40), np.float32))  # noqa: E731
+    got, reports, program = lowered(backend, f, x)
+    hosted = [o.name for o, plan in program.steps if plan is None]
+    assert hosted and set(hosted) == {"tessera.graph.constant"} and len(reports) == 3
+    assert_bits(got, graph(f, x))
+
+
+@clause("LOWER-PLAN-1")
+@pytest.mark.parametrize("fn, shapes, buffers, grid", [
+    (lambda a, b: op.matmul(a, b), [(64, 48), (48, 96)], ["64x48", "48x96", "64x96"], [2, 3]),
+    (lambda a, b: op.matmul(a, b, transpose_a=True, transpose_b=True), [(48, 64), (96, 48)],
+     ["48x64", "96x48", "64x96"], [2, 3]),
+    (lambda a, b: op.matmul(a, b, transpose_b=True), [(2, 1, 32, 16), (3, 32, 16)],
+     ["2x32x16", "3x32x16", "6x32x32"], [1, 1, 6]),
+    (lambda x: op.sum(x, axis=1), [(5, 7, 3)], ["5x7x3", "5x3"], [5]),
+    (lambda x: op.max(x, axis=(1, 2), keepdims=True), [(5, 7, 3)], ["5x21x1", "5x1"], [5]),
+    (lambda x: op.softmax(x, axis=0), [(6, 10)], ["1x6x10", "1x6x10"], [5]),
+    (lambda a, b: a * b, [(5, 7, 3), (5, 7, 3)], ["105", "105", "105"], [1]),
+    (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), [(2, 64, 16), (2, 96, 16), (2, 96, 8)],
+     ["2x64x16", "2x96x16", "2x96x8", "2x64x8"], [1, 2]),
+])
+def test_kernels_see_the_host_arrays_reshaped(backend, fn, shapes, buffers, grid):
+    """Matmul [M, K] [K, N] [M, N] (batched: each operand's batch flattened, transposed as
+    stored), rows [O, L, I] -> [O, I] or [O, L, I], elementwise flat, attention [batch, S, D];
+    each kernel a func of one module with its launch."""
+    args = [adversarial(RNG, s) for s in shapes]
+    got, reports, program = lowered(backend, fn, *args, directives=dict(tile=(32, 32, 16)) if "matmul" in
+                                    fn.__code__.co_names else None)
+    (func,) = tile_funcs(program)
+    assert [str(ty) for ty in func.attributes["function_type"].inputs] == \
+        [f"tensor<{b}xf32>" for b in buffers]
+    assert list(func.attributes["launch.grid"]) == grid and tuple(part(backend, reports[0], "grid")) == tuple(grid)
+    assert part(backend, reports[0], "lanes") == func.attributes["launch.lanes"]
+    assert len(kernels(program)) == 1
+    assert_bits(got, graph(fn, *args))
+
+
+@clause("LOWER-PLAN-1")
+def test_the_kernels_of_a_function_form_one_module(backend):
+    a = adversarial(RNG, (32, 32))
+    got, reports, program = lowered(backend, lambda a, b: op.softmax(op.matmul(a, b) - b), a, a)
+    funcs = tile_funcs(program)
+    assert len(funcs) == len(reports) == 3 and len({f.attributes["sym_name"] for f in funcs}) == 3
+    assert all("launch.grid" in f.attributes and "launch.lanes" in f.attributes for f in funcs)

@@ -1,0 +1,162 @@
+"""LOWER-TARGET-1: the CUDA C text of the "target" level (not compiled here)."""
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from tessera_ref import op
+from tessera_ref.errors import LoweringError
+from tessera_ref.ir import tile as T
+from tessera_ref.lowering import inspect
+from tessera_ref.lowering.pipeline import TARGETS
+from tessera_conformance import clause
+
+from ..tiles.support import dtype
+from .support import lower_only, tile_funcs
+
+CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
+         "fp8_e5m2": "__nv_fp8_e5m2"}
+
+
+def every_family(a, b, q, w):
+    """A matmul, a softmax, layernorm, an elementwise maximum and FlashAttention: all four families."""
+    s = op.softmax(op.matmul(a, b))
+    n = op.layernorm_safe(op.maximum(s, a), w, w)
+    return op.flash_attention(n, q, q, block_k=32)
+
+
+def _target(backend, fmt, directives=None):
+    args = [np.ones((64, 64), dtype(fmt))] * 3 + [np.ones(64, dtype(fmt))]
+    program = lower_only(backend, every_family, *args, directives=directives)
+    return inspect(program, "target"), program
+
+
+@clause("LOWER-TARGET-1")
+@pytest.mark.parametrize("fmt", list(CTYPE))
+def test_each_kernel_is_a_global_function_of_the_formats_c_type(backend, fmt):
+    text, program = _target(backend, fmt)
+    header = text.split("\n\n")[0]
+    assert header.startswith("//") and re.search(r"not (yet )?(been )?compiled", header, re.I)
+    names = [f.attributes["sym_name"] for f in tile_funcs(program)]
+    assert len(names) == 5 and text.count("__global__ void") == 5
+    for name in names:
+        assert re.search(rf"__global__ void {name}\(const {CTYPE[fmt]}\* ", text), name
+    for call in ("tsr_exp(", "tsr_rsqrt(", "tsr_max(", "__syncthreads()", "tsr_cp_async(", "tsr_cp_async_commit()",
+                 "tsr_cp_async_wait<"):
+        assert call in text, call
+    assert ("fma(" in text) == (fmt == "f64") and ("fmaf(" in text) == (fmt != "f64")
+    if fmt in ("f16", "bf16", "fp8_e4m3", "fp8_e5m2"):
+        assert f"tsr_cvt<{CTYPE[fmt]}>(" in text and "(float)(" in text  # narrowing by the header, widening a cast
+
+
+@clause("LOWER-TARGET-1")
+@pytest.mark.parametrize("padding, swizzle", [(0, "none"), (1, "none"), (0, "xor")])
+def test_shared_buffers_have_padded_rows_and_swizzled_offsets(backend, padding, swizzle):
+    text, _ = _target(backend, "f16", dict(tile=(32, 32, 16), stages=2, padding=padding, swizzle=swizzle))
+    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 32 * (16 + padding)}\];", text)  # A's ring, rows padded
+    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 16 * (32 + padding)}\];", text)
+    assert ("TSR_SWIZZLE(" in text.split("#include")[-1].split("\n", 1)[1]) == (swizzle == "xor")
+    assert re.search(r"\bfloat v\d+\[8\];", text)  # the 32x32 accumulator: 8 elements per thread of 128
+
+
+@clause("LOWER-TARGET-1")
+def test_a_buffer_carried_through_a_loop_is_a_pointer_swapped_in_parallel():
+    from ..tiles.test_frontend import axpy_db
+    text = axpy_db.inspect_ir("target")
+    m = re.search(r"__half\* (\w+) = &(v\d+)\[0\];\s*__half\* (\w+) = &(v\d+)\[0\];\s*(v\d+) = \1;\s*(v\d+) = \3;",
+                  text.split("for (long v")[1])
+    assert m and {m.group(2), m.group(4)} == {m.group(5), m.group(6)} and m.group(2) != m.group(5)
+
+
+@clause("LOWER-TARGET-1")
+def test_an_op_without_a_rule_is_a_lowering_error_that_says_why():
+    kb = T.KernelBuilder("red", [("X", T.buffer((4, 32), "f32")), ("Y", T.buffer((4, 1), "f32"), True)])
+    X, Y = kb.params
+    kb.frag_store(kb.subview(Y, [0, 0], (4, 1)), kb.reduce(kb.frag_load(kb.subview(X, [0, 0], (4, 32))), "sum", 1))
+    with pytest.raises(LoweringError, match=r"reduce.{10,}"):
+        TARGETS["target"](kb.finish())
+
+
+STUB = r'''
+#pragma once
+#include <cmath>
+#define __global__
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __restrict__ __restrict
+struct tsr_dim3 { long x, y, z; };
+extern tsr_dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline void __syncthreads() {}
+#define NARROW(T, S) struct T { S bits; T() = default; explicit T(float); explicit T(double); \
+  explicit operator float() const; explicit operator double() const; }; \
+  T operator+(T, T); T operator-(T, T); T operator*(T, T); T operator/(T, T); T operator-(T); \
+  bool operator<(T, T); bool operator>(T, T); bool operator==(T, T);
+NARROW(__half, unsigned short)
+NARROW(__nv_bfloat16, unsigned short)
+NARROW(__nv_fp8_e4m3, unsigned char)
+NARROW(__nv_fp8_e5m2, unsigned char)
+template <class T, class S> T tsr_cvt(S);
+template <class T> void tsr_cp_async(T*, const T*, int);
+inline void tsr_cp_async_commit() {}
+template <int N> void tsr_cp_async_wait() {}
+#define TSR_SWIZZLE(offset, size) (offset)
+#define MATH(f) float f(float); double f(double);
+MATH(tsr_exp) MATH(tsr_expm1) MATH(tsr_log) MATH(tsr_sin) MATH(tsr_cos) MATH(tsr_tanh) MATH(tsr_erf)
+MATH(tsr_erfc) MATH(tsr_sigmoid) MATH(tsr_silu) MATH(tsr_gelu) MATH(tsr_gelu_tanh) MATH(tsr_rsqrt)
+template <class T> T tsr_max(T, T);
+template <class T> T tsr_min(T, T);
+'''
+
+
+@clause("LOWER-TARGET-1")
+@pytest.mark.parametrize("fmt", list(CTYPE))
+def test_the_text_parses_as_cpp_with_a_stub_header(backend, fmt, tmp_path):
+    """g++ -fsyntax-only against a stub device header whose narrow types convert only explicitly."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ is not installed")
+    text, _ = _target(backend, fmt, dict(tile=(32, 32, 16), padding=1, swizzle="xor"))
+    for name in ("cuda_fp16.h", "cuda_bf16.h", "cuda_fp8.h"):
+        (tmp_path / name).write_text("#pragma once\n")
+    (tmp_path / "tessera_device.cuh").write_text(STUB)
+    (tmp_path / "k.cu").write_text(text)
+    done = subprocess.run([gxx, "-std=c++17", "-fsyntax-only", "-x", "c++", f"-I{tmp_path}", str(tmp_path / "k.cu")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[:3000]
+
+
+STAND_IN = r'''
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+template <class T, class S> __device__ T tsr_cvt(S x) { return T(x); }
+template <class T> __device__ void tsr_cp_async(T* d, const T* s, int) { *d = *s; }
+__device__ inline void tsr_cp_async_commit() {}
+template <int N> __device__ void tsr_cp_async_wait() {}
+#define TSR_SWIZZLE(offset, size) (offset)
+#define MATH(f, g) __device__ inline float f(float x) { return g(x); } __device__ inline double f(double x) { return g(x); }
+MATH(tsr_exp, exp) MATH(tsr_expm1, expm1) MATH(tsr_log, log) MATH(tsr_sin, sin) MATH(tsr_cos, cos)
+MATH(tsr_tanh, tanh) MATH(tsr_erf, erf) MATH(tsr_erfc, erfc) MATH(tsr_sigmoid, exp) MATH(tsr_silu, exp)
+MATH(tsr_gelu, exp) MATH(tsr_gelu_tanh, exp) MATH(tsr_rsqrt, rsqrt)
+template <class T> __device__ T tsr_max(T a, T b) { return a > b ? a : b; }
+template <class T> __device__ T tsr_min(T a, T b) { return a < b ? a : b; }
+'''
+
+
+@clause("LOWER-TARGET-1")
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "fp8_e5m2"])
+def test_narrow_kernels_compile_for_sm_90(backend, fmt, tmp_path):
+    """nvcc -arch=sm_90 -c with the CUDA headers and a compile-only stand-in device header."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    text, _ = _target(backend, fmt, dict(tile=(32, 32, 16), padding=1, swizzle="xor"))
+    (tmp_path / "tessera_device.cuh").write_text(STAND_IN)
+    (tmp_path / "k.cu").write_text(text)
+    done = subprocess.run([nvcc, "-arch=sm_90", "-c", f"-I{tmp_path}", str(tmp_path / "k.cu"), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
