@@ -479,8 +479,10 @@ class _Lower:
             raise self.error(node, f"the buffer has {buf.type.rank} dimension(s), the index has {len(index)}")
         value = self.materialize(value, node, ScalarType(buf.type.policy))
         if value.type != ScalarType(buf.type.policy):
-            raise self.error(node, f"stores a {value.type} into a buffer of {buf.type.format.name}",
-                             fix="convert the value to the buffer's format")
+            if not isinstance(value.type, ScalarType):
+                raise self.error(node, f"stores a {value.type} into a buffer of {buf.type.format.name}",
+                                 fix="convert the value to the buffer's format")
+            value = self.kb.cast(value, buf.type.format)  # another format converts as a cast (TILE-NUM-2)
         self.kb.store(buf, index, value)
 
     def bare_alloc(self, node):

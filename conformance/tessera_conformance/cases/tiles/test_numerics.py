@@ -308,10 +308,6 @@ def k(X: SRC[n], Y: mut DST[n]):
 
 
 @clause("TILE-NUM-2", "TILE-FE-1")
-@pytest.mark.xfail(strict=True, reason="BUG: the @kernel front end rejects a lane store of another format "
-                   "(KernelError 'stores a f32 into a buffer of f16') where TILE-NUM-2 says storing a value into a "
-                   "buffer of another format converts it (Tile IR's store does); the front end has no cast to a "
-                   "narrow format either")
 @pytest.mark.parametrize("src, dst", [("f32", "f16")])
 def test_a_python_kernel_lane_store_converts(backend, src, dst):
     x = _conversion_data(src)
