@@ -66,6 +66,7 @@ def test_all_gather_removes_padding(backend, mesh_shape):
     x = dist.tensor(g.shape, S(("row",), (axis,), pad=True), mesh, data=g)
     value, layout, shards, shape = _run_keep(backend, lambda: dist.all_gather(x, axis))
     assert shape == (n, 2) and layout.dims == ((), ())
+    assert_bits(value, g)
     for d in range(mesh.size):
         assert_bits(shards[d], g)
     assert_bits(run(backend, lambda v: dist.all_gather(v, axis), x), g)

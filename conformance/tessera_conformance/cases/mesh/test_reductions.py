@@ -26,13 +26,18 @@ def _subsets(axes):
     return list(dict.fromkeys(out))
 
 
+#: Contribution shapes: a block, and one element (where a sum over the ranks is a contiguous one).
+SHAPES = [(4, 3), (1,)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["block", "element"])
 @clause("MESH-COLL-1")
-def test_all_reduce_folds_each_group_in_rank_order(backend, mesh_shape):
+def test_all_reduce_folds_each_group_in_rank_order(backend, mesh_shape, shape):
     """Reducing some axes folds each group in rank order and leaves the other axes pending
     (``numpy()`` then folds those); the global value shows both folds."""
     mesh = mesh_of(mesh_shape)
     axes = AXES[:len(mesh_shape)]
-    c = cancelling(np.random.default_rng(10), mesh.size, (4, 3))
+    c = cancelling(np.random.default_rng(10), mesh.size, shape)
     x = _pending_all(mesh, c)
     for sub in _subsets(axes):
         rest = tuple(a for a in axes if a not in sub)
@@ -89,11 +94,12 @@ def test_all_at_once_differs_from_one_axis_at_a_time(backend, mesh_shape):
     assert not np.array_equal(want, fold(c))
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=["block", "element"])
 @clause("MESH-COLL-1")
-def test_traced_all_reduce(backend, mesh_shape):
+def test_traced_all_reduce(backend, mesh_shape, shape):
     """A traced ``all_reduce`` over every axis gives the rank-order fold."""
     mesh = mesh_of(mesh_shape)
-    c = cancelling(np.random.default_rng(13), mesh.size, (3, 4))
+    c = cancelling(np.random.default_rng(13), mesh.size, shape)
     x = _pending_all(mesh, c)
     assert_bits(run(backend, lambda v: dist.all_reduce(v, mesh.axes), x), fold(c))
 

@@ -142,7 +142,7 @@ def test_a_non_finite_per_rank_result_gives_the_folds_value(backend, mesh_shape)
 @clause("MESH-SHARD-2")
 def test_traced_linear_ops(backend, mesh_shape):
     """The traced program keeps the same pending sums and gives the same bits."""
-    mesh, axis, c, d, w = _pair(mesh_shape, 65)
+    mesh, axis, c, d, _ = _pair(mesh_shape, 65)
     P, Q = _pending(mesh, axis, c), _pending(mesh, axis, d)
     got = run(backend, lambda u, v: dist.all_reduce((u + v) * 2.0 - u, axis), P, Q)
     per_rank = [_f32(lambda a, b: (a + b) * np.float32(2) - a, a, b) for a, b in zip(c, d)]

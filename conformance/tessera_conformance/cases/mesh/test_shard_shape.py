@@ -69,7 +69,7 @@ def _reshape_cases(p, ax):
 def test_reshape_keeps_a_split_that_starts_a_result_dimension(backend, mesh_shape):
     """A split survives when a result dimension starts where it starts and is a multiple of it
     (or p divides it); every other split is gathered; the values are NumPy's reshape."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     for k, (shape, dim, new, dims) in enumerate(_reshape_cases(p, ax)):
         x = wide(np.random.default_rng(102 + k), shape)
@@ -80,7 +80,7 @@ def test_reshape_keeps_a_split_that_starts_a_result_dimension(backend, mesh_shap
 @clause("MESH-SHARD-6")
 def test_reshape_of_padded_and_pending(backend, mesh_shape):
     """A padded split is gathered first; a pending sum stays pending."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     x = wide(np.random.default_rng(110), (2 * p + 1, 4))
     X = dist.tensor(x.shape, S(("row",), (ax,), pad=True), mesh, data=x)
@@ -126,7 +126,7 @@ def test_split_qkv_keeps_whole_groups_on_their_devices(backend, mesh_shape):
 @clause("MESH-SHARD-7")
 def test_split_qkv_split_not_dividing_groups_is_an_error(backend, mesh_shape):
     """A split of the last dimension that does not divide ``groups`` is a LayoutError."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     if p == 1:
         not_applicable("one block divides every group count")
@@ -143,7 +143,7 @@ def test_split_qkv_split_not_dividing_groups_is_an_error(backend, mesh_shape):
 def test_slice_keeps_whole_taken_dimensions(backend, mesh_shape):
     """A dimension taken whole keeps its split; a cut one is gathered; indexing is a slice then a
     reshape on the mesh; a pending sum stays pending; a padded layout is gathered."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     x = wide(np.random.default_rng(120), (2 * p, 6))
     X = dist.tensor(x.shape, S(("row",), (ax,)), mesh, data=x)
@@ -164,7 +164,7 @@ def test_slice_keeps_whole_taken_dimensions(backend, mesh_shape):
 def test_concat_keeps_the_first_operands_splits_off_its_axis(backend, mesh_shape):
     """concat: the first operand's splits of the other dimensions, every operand moved to them,
     the axis whole; pending sums carried out first; padded operands gathered whole."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     parts = [wide(np.random.default_rng(130 + k), (2 * p, 2 * p)) for k in range(3)]
     first = dist.tensor(parts[0].shape, S(("row",), (ax,)), mesh, data=parts[0])
@@ -182,7 +182,7 @@ def test_concat_keeps_the_first_operands_splits_off_its_axis(backend, mesh_shape
 @clause("MESH-SHARD-9")
 def test_split_makes_its_axis_whole_and_keeps_pending_sums(backend, mesh_shape):
     """split: the axis whole, the other splits kept in every part; a pending sum stays pending."""
-    mesh, axes, ax = _mesh(mesh_shape)
+    mesh, _, ax = _mesh(mesh_shape)
     p = mesh.axis_size(ax)
     x = wide(np.random.default_rng(135), (2 * p, 6))
     X = dist.tensor(x.shape, S(("row",), (ax,)), mesh, data=x)

@@ -9,7 +9,7 @@ from tessera_ref import dist, op
 from tessera_ref.errors import AbstractValueError, CollectiveError, LayoutError
 from tessera_conformance import assert_bits, clause, eager, not_applicable
 
-from ._reference import AXES, BF16, expected_shard, fold, mesh_of, wide
+from ._reference import AXES, BF16, expected_shard, mesh_of, wide
 
 S = dist.ShardSpec
 IDENTITY = {"sum": np.float32(-0.0), "max": np.float32(-np.inf), "min": np.float32(np.inf), "prod": np.float32(1.0)}

@@ -51,7 +51,7 @@ def test_chrome_trace(backend, mesh_shape, tmp_path):
     """Metadata naming each device and its two streams; one complete event per op per device
     with its facts and the user's line; an HBM counter per device; no overlap on a stream;
     ``save_trace`` writes the same JSON."""
-    mesh, axis, program, _ = _program(mesh_shape)
+    mesh, _, program, _ = _program(mesh_shape)
     m = sim.Machine("H100", mesh.size)
     _run(backend, m, program)
     trace = m.chrome_trace()
@@ -93,7 +93,7 @@ def test_report(backend, mesh_shape):
     """The preset, step time and last device; identical devices collapsed into one row; per
     axis the collectives with algorithm and tier; the top ops with their first line; the live
     tensors of the fullest device."""
-    mesh, axis, program, kept = _program(mesh_shape)
+    mesh, axis, program, _ = _program(mesh_shape)  # the program keeps exp(y) alive
     m = sim.Machine("H100", mesh.size)
     _run(backend, m, program)
     text = m.report()
