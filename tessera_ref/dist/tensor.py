@@ -329,10 +329,13 @@ def _account(t: DistTensor) -> None:
     nbytes = t.nbytes_per_device
     label = t.name or str(t.type)
     handles = []
+    devices = [dev for dev in t.mesh.devices if dev in machine.device_names]  # by name: sub-meshes too
+    # the fullest device first: when the tensor does not fit, it fails before any other device is
+    # charged, so no peak, warning or timeline sample is left behind (SIM-MEM-4)
+    devices.sort(key=lambda dev: -machine.memory.live(dev))
     try:
-        for dev in t.mesh.devices:  # by name: a sub-mesh's tensor lives on its own devices
-            if dev in machine.device_names:
-                handles.append(machine.alloc(dev, nbytes, label))
+        for dev in devices:
+            handles.append(machine.alloc(dev, nbytes, label))
     except BaseException:
         _free(machine, handles)  # an out-of-memory error leaves the accountant as it was
         raise

@@ -16,7 +16,7 @@ On a tensor without a layout (one device) they are a :class:`~tessera_ref.errors
 """
 from __future__ import annotations
 
-from ..errors import AutodiffError, DTypeError, LayoutError
+from ..errors import AutodiffError, CollectiveError, DTypeError, LayoutError
 from ..ir import ShardLayout, TensorType
 from ..ir.layout import PARTIAL_OPS
 from ..ir.redistribute import plan
@@ -313,6 +313,9 @@ def collective_permute(x, axis, perm):
         if mesh is None:
             raise LayoutError("collective_permute by a shift needs the axis size; in a traced function pass (source, "
                               "destination) pairs", fix="collective_permute(x, axis, [(0, 1), (1, 2), ...])")
+        if axis not in mesh.axes:
+            raise CollectiveError(f"permute: {axis!r} is not an axis of {mesh!r} (operand {x.type})",
+                                  fix=f"use one of {', '.join(map(repr, mesh.axes))}")
         p = mesh.axis_size(axis)
         perm = [(r, (r + perm) % p) for r in range(p)]
     return bind(PERMUTE, x, axis=axis, pairs=perm)

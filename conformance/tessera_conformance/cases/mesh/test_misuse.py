@@ -132,10 +132,7 @@ def test_moving_an_exact_pending_sum_is_an_error(backend, mesh_shape):
     assert_bits(eager(backend, lambda: dist.all_reduce(op.sum(t, axis=0), pend)), np.full(m, n, np.float32))
 
 
-@pytest.mark.parametrize("name", ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all",
-                                  pytest.param("permute", marks=pytest.mark.xfail(strict=True, reason=(
-                                      "BUG: dist.permute over an axis not in the mesh raises MeshError (from "
-                                      "Mesh.axis_size in ops.collective.collective_permute), not CollectiveError")))])
+@pytest.mark.parametrize("name", ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "permute"])
 @clause("MESH-COLL-8")
 def test_an_axis_not_in_the_mesh_is_an_error_naming_the_axes(backend, mesh_shape, name):
     """Any collective over an axis the mesh lacks: a CollectiveError naming the mesh axes."""

@@ -147,11 +147,6 @@ def test_out_of_memory_names_everything(backend, mesh_shape):
     assert live == [CAP] * mesh.size
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: dist.tensor's accounting (dist/tensor.py _account) allocates device by device and frees the "
-    "earlier handles when a later device is out of memory: live bytes are restored, but the earlier devices' "
-    "peak stays raised and a MemoryWarning is issued (and the once-per-device warning spent) for an "
-    "allocation that failed"))
 @pytest.mark.filterwarnings("ignore::tessera_ref.errors.MemoryWarning")
 @clause("SIM-MEM-4")
 def test_a_failed_tensor_allocation_on_a_mesh_changes_nothing(backend, mesh_shape):
