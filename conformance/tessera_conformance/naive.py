@@ -15,7 +15,7 @@ import numpy as np
 
 from tessera_ref.backends import Backend, Communicator, get
 
-__all__ = ["NumpyNaive"]
+__all__ = ["NumpyNaive", "BREAKS"]
 
 _F32 = np.float32
 
@@ -49,6 +49,40 @@ def _cast(call, x):
 #: The shortcuts, by primitive name.
 NAIVE = {"matmul": _matmul, "sum": _sum, "cast": _cast,
          **{name: _math(getattr(np, name)) for name in ("exp", "log", "tanh", "sin", "cos", "sqrt")}}
+
+
+#: The clauses each shortcut breaks, by the cases whose programs it changes (a case's program
+#: may use several ops; the suite must fail exactly the union and pass every other clause).
+BREAKS = {
+    # BLAS reorders the k sum and rounds per its own blocking (NUM-RED-1)
+    "matmul": (
+        "AD-4", "AD-CHOLESKY-1", "AD-FLASHATTENTION-1", "AD-SVD-1", "BACKEND-OP-1", "BACKEND-RUN-1",
+        "GRAPH-MATMUL-1", "GRAPH-RW-2", "MESH-SHARD-4", "NUM-RED-1", "NUM-RED-4", "SCHED-FE-2", "TILE-FE-1",
+    ),
+    # np.sum adds pairwise, not in the 32-lane order (NUM-RED-2), and never exactly
+    "sum": (
+        "AD-CHOLESKY-1", "AD-FLASHATTENTION-1", "AD-LAYERNORMSAFE-1", "AD-RMSNORMSAFE-1", "AD-SOFTMAX-1",
+        "AD-SVD-1", "BACKEND-RUN-1", "GRAPH-MEAN-1", "GRAPH-SUM-1", "GRAPH-TYPE-3", "MESH-COLL-1",
+        "MESH-SHARD-3", "NUM-EW-1", "NUM-POL-1", "NUM-RED-2", "NUM-RED-4", "SCHED-IR-2",
+    ),
+    # libm in f32 is not the spec's algorithms (NUM-MATH), and f64 operands lose precision
+    "math": (
+        "AD-MATH-1", "AD-MESH-1", "BACKEND-OP-1", "BACKEND-RUN-1", "GRAPH-COS-1", "GRAPH-EW-1",
+        "GRAPH-EXP-1", "GRAPH-GELU-1", "GRAPH-LOG-1", "GRAPH-MATH-1", "GRAPH-RSQRT-1", "GRAPH-RW-3",
+        "GRAPH-SILU-1", "GRAPH-SIN-1", "GRAPH-SQRT-1", "GRAPH-TANH-1", "GRAPH-TRACE-1", "GRAPH-TYPE-3",
+        "GRAPH-VERIFY-1", "MESH-SHARD-2", "NUM-EW-1", "NUM-EW-3", "NUM-MATH-1", "NUM-MATH-2", "NUM-MATH-3",
+        "NUM-MATH-6", "NUM-MATH-8",
+    ),
+    # astype rounds to nearest even whatever the policy: no rtz/rup/rdown, saturation, stochastic
+    "cast": (
+        "GRAPH-CAST-1", "GRAPH-TYPE-3", "NUM-CVT-1", "NUM-CVT-2", "NUM-CVT-3", "NUM-CVT-4", "NUM-CVT-5",
+        "NUM-CVT-6", "NUM-CVT-7", "NUM-FMT-1", "NUM-FMT-3", "NUM-RNG-4",
+    ),
+    # np.sum over ranks is not the ascending rank-order fold in the accum format (NUM-RED-3)
+    "comm": (
+        "BACKEND-COMM-1", "MESH-COLL-1", "MESH-COLL-2", "MESH-LAYOUT-1", "MESH-SHARD-3", "MESH-TENSOR-1",
+    ),
+}
 
 
 class NaiveCommunicator(Communicator):

@@ -85,3 +85,28 @@ def test_every_clause_is_accounted_for(cased):
     assert not missing, f"clauses with neither a case nor a not-testable reason: {missing}"
     with_case = sum(i in cased for i in ids)
     assert with_case >= 0.85 * len(ids), f"only {with_case} of {len(ids)} clauses have a case"
+
+
+def _matrix(report: Path) -> dict:
+    """``{clause: entry}`` of a written Markdown matrix with one backend."""
+    import re
+    return dict(re.findall(r"^\| \[([A-Z0-9.-]+)\]\([^)]*\) \| [^|]* \| ([^|]+?) \|$", report.read_text(), re.M))
+
+
+def test_interp_tiles_conforms(tmp_path):
+    """The lowered Tile IR path passes or refuses (unsupported); it never fails a clause."""
+    out = _conformance("--backend", "interp-tiles", "--report", str(tmp_path / "m.md"), cwd=tmp_path)
+    entries = _matrix(tmp_path / "m.md")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "FAIL" not in entries.values() and list(entries.values()).count("pass") > 200
+
+
+def test_numpy_naive_fails_exactly_the_clauses_its_shortcuts_break(tmp_path):
+    from tessera_conformance.naive import BREAKS
+
+    out = _conformance("--backend", "numpy-naive", "--report", str(tmp_path / "m.md"), cwd=tmp_path)
+    entries = _matrix(tmp_path / "m.md")
+    assert out.returncode == 1
+    failed = {c for c, e in entries.items() if e == "FAIL"}
+    assert failed == set().union(*BREAKS.values())
+    assert {e for c, e in entries.items() if c not in failed} <= {"pass", "n/a", "not testable", "unsupported"}
