@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from tessera_ref import asarray, op
+from tessera_ref import asarray, dist, op
 from tessera_ref.numerics import Policy
 
 __all__ = ["Program", "programs", "POLICIES"]
@@ -27,6 +27,7 @@ POLICIES = (dict(storage="f32"), dict(storage="bf16", accum="f32"), dict(storage
 _UNARY = ("neg", "abs", "exp", "tanh", "sqrt", "log")
 _BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 _REDUCE = ("sum", "mean", "max")
+_AXES = ("a", "b", "c")
 _SPECIAL = (0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 1.0 + 2.0 ** -23, 65504.0, 3.0e38)
 
 
@@ -50,9 +51,16 @@ class Program:
     policy: dict
     inputs: tuple
     steps: tuple
+    mesh: tuple = ()      # the simulated mesh's shape (axes a, b, ...); () for one device
+    layouts: tuple = ()   # per input: (partition, mesh_axes) of its ShardSpec, or None (replicated)
 
     def arrays(self) -> list:
-        return [asarray(x, policy=Policy(**self.policy)) for x in self.inputs]
+        arrays = [asarray(x, policy=Policy(**self.policy)) for x in self.inputs]
+        if not self.mesh:
+            return arrays
+        mesh = dist.Mesh(_AXES[:len(self.mesh)], range(int(np.prod(self.mesh))), self.mesh)
+        return [dist.tensor(a.shape, dist.ShardSpec(*lay) if lay else None, mesh, dtype=a.type.policy, data=a.data)
+                for a, lay in zip(arrays, self.layouts)]
 
     def __call__(self, *values):
         v = list(values)
@@ -64,12 +72,18 @@ class Program:
         """A standalone script that runs this program on ``backend`` and ``oracle`` and prints
         whether their bits agree."""
         lines = ["# A program on which two Tessera backends disagree (written by the conformance fuzzer).",
-                 "import numpy as np", "from tessera_ref import asarray, jit, op",
+                 "import numpy as np", "from tessera_ref import asarray, dist, jit, op",
                  "from tessera_ref.numerics import Policy", "",
                  f"POLICY = Policy(**{self.policy!r})",
                  "inputs = [asarray(np.array(x, dtype=np.float64), policy=POLICY) for x in ["]
         lines += [f"    {np.asarray(x).tolist()!r}," for x in self.inputs]
-        lines += ["]]", "", "", "def program(*v):", "    v = list(v)"]
+        lines += ["]]"]
+        if self.mesh:
+            lines += [f"mesh = dist.Mesh({_AXES[:len(self.mesh)]!r}, range({int(np.prod(self.mesh))}), {self.mesh!r})",
+                      f"layouts = {self.layouts!r}",
+                      "inputs = [dist.tensor(a.shape, dist.ShardSpec(*lay) if lay else None, mesh, dtype=a.type.policy,",
+                      "                      data=a.data) for a, lay in zip(inputs, layouts)]"]
+        lines += ["", "", "def program(*v):", "    v = list(v)"]
         lines += [f"    v.append({s.source()})" for s in self.steps]
         lines += ["    return v[-1]", "", "",
                   f"got = np.asarray(jit(program, backend={backend!r})(*inputs))",
@@ -86,13 +100,26 @@ def _values(draw, shape):
     return np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=np.float64).reshape(shape)
 
 
+def _layout(draw, shape, mesh):
+    """A random layout of ``shape`` on ``mesh``: replicated, or one dimension split over one
+    axis whose size divides it."""
+    options = [None] + [((("row", "col")[d] if len(shape) == 2 else "row",), (_AXES[i],))
+                        for d in range(len(shape)) for i, p in enumerate(mesh) if shape[d] % p == 0]
+    return draw(st.sampled_from(options))
+
+
 @st.composite
-def programs(draw, max_steps: int = 6):
-    """A random valid program (see the module docstring)."""
+def programs(draw, max_steps: int = 6, meshes: bool = False):
+    """A random valid program (see the module docstring); with ``meshes``, its inputs are laid
+    out on a random simulated mesh (1–3 axes of 2–3 devices) by random layouts, with small
+    sizes (2–6: a mesh program costs a sharding plan per op)."""
     policy = draw(st.sampled_from(POLICIES))
-    m, n, k = (draw(st.one_of(st.integers(1, 6), st.integers(30, 70))) for _ in range(3))
+    sizes = st.sampled_from([2, 3, 4, 6]) if meshes else st.one_of(st.integers(1, 6), st.integers(30, 70))
+    m, n, k = (draw(sizes) for _ in range(3))
     shapes = draw(st.lists(st.sampled_from([(m, n), (m, n), (n, k), (n,)]), min_size=1, max_size=3))
     inputs = tuple(_values(draw, s) for s in shapes)
+    mesh = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=3))) if meshes else ()
+    layouts = tuple(_layout(draw, s, mesh) for s in shapes) if meshes else ()
     values = list(shapes)
     steps = []
     for _ in range(draw(st.integers(1, max_steps))):
@@ -124,4 +151,4 @@ def programs(draw, max_steps: int = 6):
         values.append(out)
         if out == ():
             break
-    return Program(policy, inputs, tuple(steps))
+    return Program(policy, inputs, tuple(steps), mesh, layouts)

@@ -42,7 +42,7 @@ def test_the_command_writes_junit_and_the_matrix_and_fails_a_failing_backend(tmp
                       "--junit", str(tmp_path / "j.xml"), "--report", str(tmp_path / "m.md"), cwd=tmp_path)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     junit = (tmp_path / "j.xml").read_text()
-    assert 'name="clauses" value="BACKEND-OP-1 BACKEND-RUN-1"' in junit and 'name="backend" value="interp"' in junit
+    assert 'name="clauses" value="BACKEND-COMM-1 BACKEND-OP-1 BACKEND-RUN-1"' in junit and 'name="backend" value="interp"' in junit
     matrix = (tmp_path / "m.md").read_text()
     assert "| [BACKEND-OP-1](docs/spec/backends.md) |" in matrix and "| pass |" in matrix
     again = _conformance("--backend", "interp", "-k", "random_programs", "--fuzz-examples", "5",
@@ -52,7 +52,7 @@ def test_the_command_writes_junit_and_the_matrix_and_fails_a_failing_backend(tmp
                        cwd=tmp_path)
     assert bad.returncode == 1
     assert "| FAIL |" in (tmp_path / "n.md").read_text()
-    script = tmp_path / "tessera-fuzz" / "numpy-naive-disagreement.py"
+    script = tmp_path / "tessera-fuzz" / "numpy-naive-one-device-disagreement.py"
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0 and "DIFFERENT bits" in run.stdout  # the shrunk reproducer reproduces
 
