@@ -14,6 +14,10 @@ from tessera_ref.ops import Tracer
 from tessera_ref.ops.values import current_trace
 from tessera_conformance import ORACLE, assert_bits, eager, run
 
+from ..numerics._ref_rng import fold as _fold
+from ..numerics._ref_rng import key_words as _root_key
+from ..numerics._ref_rng import philox as philox4x32_10
+
 __all__ = ["ints", "dyadic", "pow2", "exact_inner", "jacobian", "fd_jvp", "fd_grad", "philox4x32_10",
            "key_words", "derivative_seed", "jvp_on", "vjp_on", "grad_on", "raw_op", "same_as_oracle"]
 
@@ -120,33 +124,12 @@ def grad_on(backend, f, *args, argnums=0):
     return run(backend, lambda *a: tr.grad(f, argnums=argnums)(*a), *args)
 
 
-# -- Philox4x32-10 and key derivation (NUM-RNG-1/2), from the spec's text ----------------------
-_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
-KEY_TAG = 0x6B657973
-
-
-def philox4x32_10(counter, key) -> tuple:
-    """Philox4x32-10 (NUM-RNG-1): ten rounds, the key bumped by the Weyl constants between rounds."""
-    c0, c1, c2, c3 = counter
-    k0, k1 = key
-    for r in range(10):
-        if r:
-            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
-        p0, p1 = _M0 * c0, _M1 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & _MASK, (p0 >> 32) ^ c3 ^ k1, p0 & _MASK
-    return c0, c1, c2, c3
-
-
-def _derive(parent, s: int) -> tuple:
-    out = philox4x32_10((s & _MASK, s >> 32, 0, KEY_TAG), parent)
-    return out[0], out[1]
-
-
+# -- key derivation (NUM-RNG-2), on the numerics chapter's Philox transcription ---------------
 def key_words(seed: int, *folds: int, stream: int = 0) -> tuple:
     """The words of ``RNGKey(seed, stream).fold(f1).fold(f2)…``."""
-    words = _derive((seed & _MASK, seed >> 32), stream)
+    words = _root_key(seed, stream)
     for f in folds:
-        words = _derive(words, f)
+        words = _fold(words, f)
     return words
 
 
