@@ -10,6 +10,8 @@ so the text ``inspect_ir`` shows is exactly what ran.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .. import context
 from ..errors import LayoutError, running_op_at
 from ..ir import Operation, ShardLayout, TensorType
@@ -36,19 +38,19 @@ def check_sharded_arguments(func: Operation, mesh: Mesh, args) -> None:
                               fix="pass distributed tensors of the traced types (or call the function again to retrace)")
 
 
-def _constant(op: Operation, mesh: Mesh) -> DistTensor:
-    ty: TensorType = op.results[0].type
-    call = Call(call_of(op).primitive, op.attributes, (), (ty.with_layout(None),), op.location)
-    (value,) = context.backend().run_op(call)
+def _constant(call: Call, mesh: Mesh) -> DistTensor:
+    ty: TensorType = call.out_types[0]
+    (value,) = context.backend().run_op(replace(call, out_types=(ty.with_layout(None),)))
     layout = ty.layout or ShardLayout.replicated(ty.rank)
     return DistTensor(ty.with_layout(layout), mesh, value.reshape((1,) * mesh.ndim + value.shape))
 
 
 def sharded_step(op: Operation, values: list, mesh: Mesh) -> tuple:
     """The results of ``op`` on the DistTensors ``values`` (the mesh interpreter's step)."""
-    prim = call_of(op).primitive
+    call = call_of(op)
+    prim = call.primitive
     if prim.name == "constant":
-        return (_constant(op, mesh),)
+        return (_constant(call, mesh),)
     with running_op_at(op.location):
         out = apply(prim, values, dict(op.attributes), op.location)
     out = out if isinstance(out, tuple) else (out,)

@@ -215,7 +215,7 @@ class ScheduledKernel:
     def __call__(self, *args, checks: bool = True, preset: str = "H100"):
         entry = self.trace(*args)
         arrays = [np.asarray(asarray(a).data) for a in args]
-        results, self.reports = context.backend().run_program(entry.program, arrays, checks=checks, preset=preset)
+        results, self.reports = entry.program.run(*arrays, checks=checks, preset=preset)
         func = entry.module.body.first_op
         types = [v.type for v in func.regions[0].entry.last_op.operands]
         for index, value in zip(entry.assigned_params, results[entry.outputs:]):

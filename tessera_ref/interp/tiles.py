@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..backends.registry import register
 from ..errors import BackendError, LoweringError
-from ..ir import Module, Operation, TensorType, func_op, return_op
+from ..ir import Module, TensorType
+from ..ops.values import Trace, Tracer
 from .backend import InterpBackend
 
 __all__ = ["TileBackend"]
@@ -23,15 +24,11 @@ def _one_op_module(call, operands) -> Module:
     (a traced op's symbolic sizes take the sizes of this run)."""
     prim = call.primitive
     in_types = tuple(TensorType(x.shape, t.policy) for x, t in zip(operands, call.in_types))
-    out_types = prim.infer_types(call.attrs, in_types, call.location)
-    func = func_op(f"{prim.name}_kernel", list(in_types), list(out_types), location=call.location)
-    block = func.regions[0].entry
-    op = Operation(prim.ir_name, block.args, out_types, dict(call.attrs), (), call.location)
-    block.append(op)
-    block.append(return_op(op.results, location=call.location))
-    module = Module()
-    module.body.append(func)
-    return module
+    trace = Trace(f"{prim.name}_kernel", location=call.location)
+    params = [p.value for p in trace.arguments(in_types)]
+    op = trace.emit(prim.ir_name, params, prim.infer_types(call.attrs, in_types, call.location), dict(call.attrs),
+                    call.location)
+    return trace.finish([Tracer(r, trace) for r in op.results])
 
 
 class TileBackend(InterpBackend):
