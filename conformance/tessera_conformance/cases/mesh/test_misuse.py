@@ -23,14 +23,16 @@ def _warns_here(backend, call):
     return value
 
 
+@pytest.mark.parametrize("name, seed", [("all_reduce", 40), ("all_gather", 43)])
 @clause("MESH-COLL-8")
-def test_all_reduce_of_a_replicated_tensor_warns_and_keeps_it(backend, mesh_shape):
-    """all_reduce over an axis the tensor is replicated on: a warning, the value unchanged."""
+def test_a_collective_with_nothing_to_do_over_the_axis_warns_and_keeps_the_value(backend, mesh_shape, name, seed):
+    """all_reduce over an axis the tensor is replicated on, all_gather over an axis that splits
+    nothing: a warning at the user's line, the value unchanged."""
     mesh = mesh_of(mesh_shape)
     axis = largest_axis(mesh_shape)
-    g = wide(np.random.default_rng(40), (3, 4))
+    g = wide(np.random.default_rng(seed), (3, 4))
     x = dist.tensor(g.shape, None, mesh, data=g)
-    assert_bits(_warns_here(backend, lambda: dist.all_reduce(x, axis)), g)
+    assert_bits(_warns_here(backend, lambda: getattr(dist, name)(x, axis)), g)
 
 
 @clause("MESH-COLL-8")
@@ -101,16 +103,6 @@ def test_all_gather_of_a_pending_sum_is_an_error(backend, mesh_shape):
     x = dist.from_shards([np.ones(4, np.float32)] * mesh.size, S(None, (axis,), reduce="sum"), mesh)
     with pytest.raises(CollectiveError):
         eager(backend, lambda: dist.all_gather(x, axis))
-
-
-@clause("MESH-COLL-8")
-def test_all_gather_of_an_unsplit_tensor_warns_and_keeps_it(backend, mesh_shape):
-    """all_gather over an axis that splits nothing: a warning, the value unchanged."""
-    mesh = mesh_of(mesh_shape)
-    axis = largest_axis(mesh_shape)
-    g = wide(np.random.default_rng(43), (3, 4))
-    x = dist.tensor(g.shape, None, mesh, data=g)
-    assert_bits(_warns_here(backend, lambda: dist.all_gather(x, axis)), g)
 
 
 @clause("MESH-COLL-8")

@@ -199,3 +199,18 @@ def pieces(src_rows, dst_rows, row_bytes: int, size: int, swizzled: bool = False
             break
     moves = [(s + o, d + o) for s, d in zip(src_rows, dst_rows) for o in range(0, row_bytes, piece)]
     return piece, [(s, swizzle(d) if swizzled else d) for s, d in moves]
+
+
+#: A shared-memory transpose kernel (DSL text; ``f32``, ``PAD`` and ``SWIZZLE`` are substituted
+#: by the cases that measure its bank conflicts).
+TRANSPOSE = '''
+@kernel
+def transpose(X: f32[32, 32], Y: mut f32[32, 32]):
+    s = tshared.alloc[f32](32, 32, pad=PAD, swizzle=SWIZZLE)
+    l = tile.lane_id()
+    for j in range(32):
+        s[j, l] = X[j, l]
+    tbarrier()
+    for j in range(32):
+        Y[j, l] = s[l, j]
+'''

@@ -10,8 +10,8 @@ from tessera_ref.ir import tile as T
 from tessera_ref.sim.presets import get_preset
 from tessera_conformance import assert_bits, clause
 
-from .support import (bank_wavefronts, counters, dtype, global_sectors, launch, launch_module, part, pieces,
-                      swizzle, warps)
+from .support import (TRANSPOSE, bank_wavefronts, counters, dtype, global_sectors, launch, launch_module, part,
+                      pieces, swizzle, warps)
 
 
 @kernel
@@ -39,26 +39,13 @@ def test_hardware_md_vectors(backend):
     assert (c.smem_write_bytes, c.smem_read_bytes) == (32 * 8 + 32 * 4, 32 * 8 + 32 * 4)
 
 
-_TRANSPOSE = '''
-@kernel
-def transpose(X: f32[32, 32], Y: mut f32[32, 32]):
-    s = tshared.alloc[f32](32, 32, pad=PAD, swizzle=SWIZZLE)
-    l = tile.lane_id()
-    for j in range(32):
-        s[j, l] = X[j, l]
-    tbarrier()
-    for j in range(32):
-        Y[j, l] = s[l, j]
-'''
-
-
 @clause("TILE-COUNT-1")
 @pytest.mark.parametrize("fmt, pad, swz, waves", [
     ("f32", 0, "none", 1056), ("f32", 1, "none", 64), ("f32", 0, "xor", 160), ("bf16", 0, "none", 544),
     ("fp8_e4m3", 0, "none", 288)])
 def test_the_transpose_numbers_the_spec_quotes(backend, fmt, pad, swz, waves):
     """tiles.md's measured transposes (ideal 64), here also derived from the bank rule."""
-    k = kernel.from_source(_TRANSPOSE.replace("f32", fmt), constants=dict(PAD=pad, SWIZZLE=swz))
+    k = kernel.from_source(TRANSPOSE.replace("f32", fmt), constants=dict(PAD=pad, SWIZZLE=swz))
     x = np.arange(1024).reshape(32, 32).astype(dtype(fmt))
     c = counters(backend, launch(backend, k, x, np.zeros_like(x), grid=1, lanes=32))
     size = dtype(fmt).itemsize

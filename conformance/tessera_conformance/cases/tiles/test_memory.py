@@ -8,7 +8,7 @@ from tessera_ref import kernel, tbarrier, tile, tshared
 from tessera_ref.errors import KernelError
 from tessera_conformance import assert_bits, clause
 
-from .support import bank_wavefronts, counters, global_sectors, launch, line_of, swizzle, warps
+from .support import TRANSPOSE, bank_wavefronts, counters, global_sectors, launch, line_of, swizzle, warps
 
 
 @kernel
@@ -70,7 +70,7 @@ def test_shared_layout_by_its_bank_conflicts(backend, fmt, pad, swz):
     """The data round-trips in every layout, and the wavefronts are those of TILE-MEM-2's
     addresses (pitch d + pad, Swizzle<3,4,3>) under hardware.md's bank rule."""
     from .support import dtype
-    k = kernel.from_source(_TRANSPOSE.replace("f32", fmt), constants=dict(PAD=pad, SWIZZLE=swz))
+    k = kernel.from_source(TRANSPOSE.replace("f32", fmt), constants=dict(PAD=pad, SWIZZLE=swz))
     dt = dtype(fmt)
     x = (np.arange(1024) % 97).reshape(32, 32).astype(dt)
     y = np.zeros_like(x)
@@ -83,19 +83,6 @@ def test_shared_layout_by_its_bank_conflicts(backend, fmt, pad, swz):
     c = counters(backend, report)
     assert (c.smem_requests, c.smem_wavefronts, c.smem_ideal_wavefronts) == (64, waves, ideal)
     assert c.smem_read_bytes == c.smem_write_bytes == 1024 * size
-
-
-_TRANSPOSE = '''
-@kernel
-def transpose(X: f32[32, 32], Y: mut f32[32, 32]):
-    s = tshared.alloc[f32](32, 32, pad=PAD, swizzle=SWIZZLE)
-    l = tile.lane_id()
-    for j in range(32):
-        s[j, l] = X[j, l]
-    tbarrier()
-    for j in range(32):
-        Y[j, l] = s[l, j]
-'''
 
 
 @kernel
