@@ -57,7 +57,7 @@ from ..errors import LoweringError
 from ..ir import tile as T
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
-from .plan import KernelPlan, check_nonempty, check_policy, each_element, the_op
+from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
 
 __all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost"]
 
@@ -184,6 +184,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
         raise LoweringError(f"matmul with transpose_a={flags[0]}, transpose_b={flags[1]}: the tile lowering "
                             f"stages a transposed operand through shared memory, and this schedule has none",
                             location=op.location, fix="schedule.use_shared_memory(True) (the matmul default)")
+    mma_acc = mma_accum(op, BK)  # the policy's accum, or its tensor-core model (NUM-TC-5)
     P = math.prod(batch)
     stored = [(K, M) if flags[0] else (M, K), (N, K) if flags[1] else (K, N)] + [(M, N)] * (len(op.operands) - 1)
     batches = [tuple(v.type.shape[:-2]) for v in op.operands] + [batch]
@@ -207,7 +208,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     if not s["shared"]:
         acc, = kb.for_(0, nk, 1, init=[acc], body=lambda kt, acc: [kb.mma(A.view(m0, k_offset(kt), (BM, BK)),
                                                                             B.view(k_offset(kt), n0, (BK, BN)),
-                                                                            acc, accum=accum)])
+                                                                            acc, accum=mma_acc)])
     else:
         stages = s["stages"] if s["async_copy"] else 1
         sA = kb.alloc((stages, BM, BK), storage, swizzle=s["swizzle"], pad=s["padding"])
@@ -234,7 +235,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
                 kb.commit()
                 kb.wait(0)
                 kb.barrier()
-                acc = kb.mma(*buffers(kt), acc, accum=accum)
+                acc = kb.mma(*buffers(kt), acc, accum=mma_acc)
                 kb.barrier()
                 return [acc]
             kb.wait(stages - 2)  # K tile kt has landed ...
@@ -242,7 +243,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
             nxt = kb.binary("add", kt, stages - 1)
             kb.if_(kb.binary("lt", nxt, nk), then=lambda: issue(nxt))  # refills tile kt-1's buffer
             kb.commit()
-            return [kb.mma(*buffers(kt), acc, accum=accum)]
+            return [kb.mma(*buffers(kt), acc, accum=mma_acc)]
         acc, = kb.for_(0, nk, 1, init=[acc], body=body, prefetch=stages if s["async_copy"] else 0)
         if stages > 1:
             kb.wait(0)  # retire the empty groups committed past the last K tile
