@@ -177,7 +177,7 @@ def mma(a, b, c, model_name, *, fmt=None, out="f32") -> np.ndarray:
     m = model(model_name)
     if fmt is None:
         dtypes = {np.asarray(a).dtype, np.asarray(b).dtype}
-        if len(dtypes) != 1 or np.float64 in dtypes:
+        if len(dtypes) != 1 or np.dtype(np.float64) in dtypes:
             raise ArithError(f"tc.mma: cannot tell the input format from dtypes {sorted(map(str, dtypes))}",
                              fix="pass fmt= (e.g. fmt='bf16') with float64 values, or arrays of one format")
         fmt = dtypes.pop()
@@ -205,7 +205,8 @@ def mma(a, b, c, model_name, *, fmt=None, out="f32") -> np.ndarray:
     nan, pinf, ninf = np.isnan(acc), acc == np.inf, acc == -np.inf
     n = blk.products
     for k0 in range(0, A.shape[-1], n):
-        P = A[..., k0:k0 + n] * Bt[..., k0:k0 + n]  # exact in f64; 0·inf is NaN
+        with np.errstate(invalid="ignore"):
+            P = A[..., k0:k0 + n] * Bt[..., k0:k0 + n]  # exact in f64; 0·inf is NaN
         nan |= np.isnan(P).any(axis=-1)
         pinf |= (P == np.inf).any(axis=-1)
         ninf |= (P == -np.inf).any(axis=-1)
