@@ -358,7 +358,7 @@ def test_model_satisfies_the_stated_error_bound(model, fmt):
 # models and policies
 
 def test_model_lookup_and_refusals():
-    assert tc.model("sm80") is tc.model("tc:sm80") and tc.model("tc:sm80").block("bf16") == tc.BlockFMA(8, 1)
+    assert tc.model("sm80") is tc.model("tc:sm80") and tc.model("tc:sm80").block("bf16") == tc.BlockFMA(8, 1, 16)
     with pytest.raises(PolicyError, match="unknown tensor-core model 'tc:sm99'"):
         tc.model("tc:sm99")
     with pytest.raises(PolicyError, match="does not take f32 inputs"):

@@ -47,10 +47,13 @@ _LOW = -(1 << 20)  # the exponent of "no term": below every real exponent
 class BlockFMA:
     """One input format's block FMA: ``products`` per block and ``align_bits`` kept beyond
     f32's 24-bit significand when aligning to the block's largest exponent (negative: fewer;
-    the f32 result then also keeps ``24 + align_bits`` bits)."""
+    the f32 result then also keeps ``24 + align_bits`` bits). ``instruction_k`` is the K of
+    the ``mma`` instruction for these inputs, a multiple of ``products``: one instruction is
+    ``instruction_k / products`` blocks, the accumulator entering each in turn (NUM-TC-5)."""
 
     products: int
     align_bits: int
+    instruction_k: int
 
     @property
     def out_bits(self) -> int:
@@ -64,15 +67,12 @@ class TCModel:
 
     ``formats`` maps each accepted input format to its :class:`BlockFMA`; ``f16_accum`` lists
     the input formats whose instruction can also accumulate in f16 (rounded to nearest even
-    per block). ``instruction`` is the PTX the CUDA kernels use; ``k_per_instruction`` its K
-    (a multiple of every block size, so each instruction covers whole blocks and takes the
-    accumulator in once per block, NUM-TC-5). ``validated`` says whether device bits have
-    been compared with the model in this project."""
+    per block). ``instruction`` names the PTX the CUDA kernels use. ``validated`` says
+    whether device bits have been compared with the model in this project."""
 
     name: str
     gpu: str
     instruction: str
-    k_per_instruction: int
     formats: tuple
     f16_accum: tuple
     source: str
@@ -98,15 +98,15 @@ class TCModel:
 _KM = "Khattak & Mikaitis 2025, MATLAB model {}"
 MODELS = {
     m.name: m for m in (
-        TCModel("tc:sm70", "V100 (sm_70)", "mma.sync.aligned.m8n8k4 (f16)", 4,
-                (("f16", BlockFMA(4, 0)),), ("f16",),
+        TCModel("tc:sm70", "V100 (sm_70)", "mma.sync.aligned.m8n8k4 (f16)",
+                (("f16", BlockFMA(4, 0, 4)),), ("f16",),
                 _KM.format("V100TC") + "; Fasi et al. 2021 (4 products, no extra bits, RZ)"),
-        TCModel("tc:sm80", "A100 (sm_80)", "mma.sync.aligned.m16n8k16 (f16, bf16)", 16,
-                (("f16", BlockFMA(8, 1)), ("bf16", BlockFMA(8, 1))), ("f16",),
+        TCModel("tc:sm80", "A100 (sm_80)", "mma.sync.aligned.m16n8k16 (f16, bf16)",
+                (("f16", BlockFMA(8, 1, 16)), ("bf16", BlockFMA(8, 1, 16))), ("f16",),
                 _KM.format("A100TC") + " (8 products, 1 extra bit, RZ); tf32 (4 products) is not modeled"),
-        TCModel("tc:sm90", "H100 (sm_90)", "mma.sync.aligned.m16n8k16 (f16, bf16), m16n8k32 (e4m3, e5m2)", 16,
-                (("f16", BlockFMA(16, 2)), ("bf16", BlockFMA(16, 2)),
-                 ("fp8_e4m3", BlockFMA(32, -10)), ("fp8_e5m2", BlockFMA(32, -10))), ("f16",),
+        TCModel("tc:sm90", "H100 (sm_90)", "mma.sync.aligned.m16n8k16 (f16, bf16), m16n8k32 (e4m3, e5m2)",
+                (("f16", BlockFMA(16, 2, 16)), ("bf16", BlockFMA(16, 2, 16)),
+                 ("fp8_e4m3", BlockFMA(32, -10, 32)), ("fp8_e5m2", BlockFMA(32, -10, 32))), ("f16",),
                 _KM.format("H100TC") + " (16 products, 2 extra bits, RZ; fp8: 32 products aligned and "
                                         "kept to 14 significant bits); wgmma is not modeled"),
     )
