@@ -15,7 +15,7 @@ A :class:`Policy` says how values of a tensor are stored and computed:
   (the canonical orders, plus permission for rewrites that change rounding, such as fusing
   attention into flash attention);
 - ``tc``: a tensor-core model (``"sm80"``, spelled ``accum="tc:sm80"``): matmuls add their
-  products in that model's block FMAs (NUM-TC-*), accumulating in f32.
+  products in that model's block FMAs (NUM-TC-1…6), accumulating in f32.
 
 The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``;
 ``bf16 @accum("tc:sm80")`` builds ``Policy(bf16, accum=f32, tc="sm80")``.

@@ -18,6 +18,15 @@ ascending (a short last block is a block with zero products). A NaN product (``0
 included) or ``c``, or infinities of both signs, give NaN; other infinities give that
 infinity; an accumulator that overflowed to ``±inf`` stays there.
 
+Instructions (NUM-TC-5): a kernel's K walk must induce the same blocks. ``mma.sync`` with
+``m16n8k16`` (f16/bf16) covers k = 16: on sm_80 two blocks of 8 — the accumulator enters the
+first, whose f32 result (rounded toward zero) enters the second; on sm_90 one block of 16.
+``m16n8k32`` (fp8, sm_90) is one block of 32 and sm_70's ``m8n8k4`` one block of 4. So a
+kernel issuing instructions over k ascending, with the accumulator fragment carried from one
+to the next, computes exactly :func:`mma` provided every K tile starts at a multiple of the
+block size (the matmul kernel family checks this). This reading of the instruction's
+internal blocking is the published model's; it is not validated here either.
+
 The parameters (products per block ``n``, extra alignment bits) are those of Khattak &
 Mikaitis, "Accurate models of NVIDIA tensor cores" (2025; their MATLAB models
 ``V100TC``/``A100TC``/``H100TC`` and the generic block FMA), which refine Fasi, Higham,
@@ -84,8 +93,9 @@ class TCModel:
         for name, blk in self.formats:
             if name == fmt.name:
                 return blk
+        tf32 = " (tf32, the tensor cores' format for f32 data, is not modeled)" if fmt.name == "f32" else ""
         raise PolicyError(
-            f"{self.name} ({self.gpu}, {self.instruction}) does not take {fmt.name} inputs; it takes "
+            f"{self.name} ({self.gpu}, {self.instruction}) does not take {fmt.name} inputs{tf32}; it takes "
             f"{', '.join(self.accepts)}",
             fix=f"store the matmul operands as {' or '.join(self.accepts)} (op.cast), or drop the tc: policy "
                 "to accumulate with IEEE fmas (@accum(f32))")
