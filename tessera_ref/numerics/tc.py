@@ -14,9 +14,10 @@ A tensor core does not compute a dot product as a chain of IEEE fmas. It adds a 
    sum is +0.
 
 A dot product of length K is ``c ← block(c, products k0 … k0+n−1)`` for ``k0 = 0, n, 2n, …``
-ascending (a short last block is a block with zero products). A NaN product (``0·inf``
-included) or ``c``, or infinities of both signs, give NaN; other infinities give that
-infinity; an accumulator that overflowed to ``±inf`` stays there.
+ascending (a short last block is a block with zero products). Special inputs decide the
+output first: a NaN product (``0·inf`` included) or ``c``, or infinities of both signs, give
+NaN; other infinities give that infinity. Otherwise an accumulator that overflows to ``±inf``
+stays there.
 
 Instructions (NUM-TC-5): a kernel's K walk must induce the same blocks. ``mma.sync`` with
 ``m16n8k16`` (f16/bf16) covers k = 16: on sm_80 two blocks of 8 — the accumulator enters the
@@ -225,7 +226,5 @@ def mma(a, b, c, model_name, *, fmt=None, out="f32") -> np.ndarray:
         finite = np.isfinite(acc)
         new = _block(np.where(finite, acc, 0.0), np.where(live, P, 0.0), Ep, blk, out == "f16")
         acc = np.where(finite, new, acc)  # an accumulator that overflowed stays infinite
-        pinf |= acc == np.inf
-        ninf |= acc == -np.inf
     special = np.where(nan | (pinf & ninf), np.nan, np.where(pinf, np.inf, -np.inf))
     return np.where(nan | pinf | ninf, special, acc).astype(ofmt.dtype)
