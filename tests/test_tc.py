@@ -345,6 +345,7 @@ def test_model_satisfies_the_stated_error_bound(model, fmt):
         b = (rng.standard_normal((96, 5)) * scale).astype(dtype)
         c = rng.standard_normal((6, 5)).astype(np.float32)
         d = tc.mma(a, b, c, model)
+        fast_bound = tc.error_bound(a, b, c, model)
         worst = Fraction(0)
         for i in range(6):
             for j in range(5):
@@ -354,6 +355,8 @@ def test_model_satisfies_the_stated_error_bound(model, fmt):
                 bound = error_bound(a[i], b[:, j], c[i, j], model, fmt)
                 assert err <= bound, (i, j, float(err), float(bound))
                 worst = max(worst, err / bound)
+                fast = Fraction(float(fast_bound[i, j]))
+                assert bound <= fast <= bound * (1 + Fraction(1, 2 ** 30))  # tc.error_bound: safe and tight
         assert worst > 0  # the model does round (the check is not vacuous)
 
 

@@ -40,13 +40,14 @@ no floating-point rounding takes place except the explicit ones above.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from ..errors import ArithError, PolicyError
 from .formats import Format, get_format
 
-__all__ = ["BlockFMA", "TCModel", "MODELS", "model", "mma", "PREFIX"]
+__all__ = ["BlockFMA", "TCModel", "MODELS", "model", "mma", "error_bound", "PREFIX"]
 
 #: How the policy spelling names a model: ``accum="tc:sm80"``.
 PREFIX = "tc:"
@@ -228,3 +229,34 @@ def mma(a, b, c, model_name, *, fmt=None, out="f32") -> np.ndarray:
         acc = np.where(finite, new, acc)  # an accumulator that overflowed stays infinite
     special = np.where(nan | (pinf & ninf), np.nan, np.where(pinf, np.inf, -np.inf))
     return np.where(nan | pinf | ninf, special, acc).astype(ofmt.dtype)
+
+
+def error_bound(a, b, c, model_name, *, fmt=None) -> np.ndarray:
+    """NUM-TC-4's bound on ``|D − (C + Σ_k a_k·b_k)|`` for every output of :func:`mma` (f32
+    accumulation, finite results), as float64 values never below the exact bound.
+
+    ``((1 + ε)^B − 1)·T + B·(1 + ε)^B·2^−126`` with ``B`` blocks,
+    ``ε = (n + 1)·2^(−23−α) + 2^(−23−min(α, 0))`` and ``T = |C| + Σ_k â_k·b̂_k``,
+    ``x̂ = max(|x|, 2^emin)``. ``T`` is summed in f64 over k ascending and enlarged by
+    ``K·2^−52`` (more than the f64 rounding of that sum); ``(1 + ε)^B`` is exact (a
+    fraction) and the result is enlarged by ``2^−40`` for the last roundings.
+    The CUDA kernels of the ``tc:`` policies are checked with it until a GPU validates the
+    model bit for bit.
+    """
+    m = model(model_name)
+    A, B = np.asarray(a), np.asarray(b)
+    fmt = get_format(fmt if fmt is not None else A.dtype)
+    blk = m.block(fmt)
+    lo = 2.0 ** (1 - fmt.bias)
+    Ah = np.maximum(np.abs(A.astype(np.float64)), lo)
+    Bh = np.maximum(np.abs(B.astype(np.float64)), lo)
+    K = A.shape[-1]
+    total = np.abs(np.broadcast_to(np.asarray(c, np.float64),
+                                   np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1])))
+    for k in range(K):  # ascending: the same bits on every machine
+        total = total + Ah[..., :, k, None] * Bh[..., k, None, :]
+    total = total * (1 + K * 2.0 ** -52)
+    eps = Fraction(blk.products + 1, 2 ** (23 + blk.align_bits)) + Fraction(1, 2 ** (23 + min(blk.align_bits, 0)))
+    blocks = max(1, -(-K // blk.products))
+    grow = (1 + eps) ** blocks  # exact: (grow - 1) loses nothing to cancellation
+    return (float(grow - 1) * total + blocks * float(grow) * 2.0 ** -126) * (1 + 2.0 ** -40)
