@@ -22,7 +22,8 @@ stays there.
 Instructions (NUM-TC-5): a kernel's K walk must induce the same blocks. ``mma.sync`` with
 ``m16n8k16`` (f16/bf16) covers k = 16: on sm_80 two blocks of 8 — the accumulator enters the
 first, whose f32 result (rounded toward zero) enters the second; on sm_90 one block of 16.
-``m16n8k32`` (fp8, sm_90) is one block of 32 and sm_70's ``m8n8k4`` one block of 4. So a
+``m16n8k32`` (fp8, sm_90) is one block of 32 in the published model (but see NUM-TC-1 for
+what nvcc emits for it) and sm_70's ``m8n8k4`` one block of 4. So a
 kernel issuing instructions over k ascending, with the accumulator fragment carried from one
 to the next, computes exactly :func:`mma` provided every K tile starts at a multiple of the
 block size (the matmul kernel family checks this). This reading of the instruction's
