@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 __all__ = ["KernelReport", "ArchLimits", "ARCH_LIMITS", "parse_ptxas", "parse_sass", "main_loop", "occupancy",
-           "Occupancy", "BUDGET_REGISTERS"]
+           "Occupancy", "BUDGET_REGISTERS", "budget_violations"]
 
 #: A kernel above this many registers per thread is over budget (CUDA-BUDGET-1): at 128,
 #: two 256-thread blocks (16 warps, 25% occupancy) still fit in the 64K-register file.
@@ -175,3 +175,18 @@ def occupancy(report: KernelReport, threads: int, dynamic_shared_bytes: int = 0)
     blocks = limits[limiter]
     warps = blocks * warps_per_block
     return Occupancy(blocks, warps, warps / (lim.threads_per_sm // 32), limiter)
+
+
+def budget_violations(report: KernelReport, dynamic_shared_bytes: int = 0, library: bool = True) -> list[str]:
+    """What ``report`` breaks of the budgets (CUDA-BUDGET-1): spills, stack (library kernels
+    only), shared memory above the architecture's per-block maximum. Empty when within."""
+    lim = ARCH_LIMITS[report.arch]
+    out = []
+    if report.spill_stores or report.spill_loads:
+        out.append(f"spills {report.spill_stores} B stored / {report.spill_loads} B loaded")
+    if library and report.stack_bytes:
+        out.append(f"{report.stack_bytes} B stack")
+    smem = report.shared_bytes + dynamic_shared_bytes
+    if smem > lim.smem_per_block:
+        out.append(f"{smem} B shared memory > {lim.smem_per_block} B per block on {report.arch}")
+    return out
