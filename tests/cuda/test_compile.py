@@ -2,7 +2,7 @@
 NVRTC for sm_80 and sm_90 within the budgets (0 spills, 0 stack, shared memory within the
 architecture's per-block limit), and ``--fmad=false`` keeps ``a*b+c`` as FMUL + FADD.
 
-Kernels that do not meet a budget today are listed in KNOWN with the reason (the fast
+Kernels that do not meet a budget today are listed in cuda_programs.KNOWN with the reason (the fast
 matmul / row-kernel rewrites address them); they run as non-strict xfails, so the day one
 starts passing shows up as XPASS."""
 import pytest
@@ -12,22 +12,9 @@ from tessera_ref.backends.cuda.compile import CompileError, build
 from tessera_ref.backends.cuda.report import ARCH_LIMITS
 from tessera_ref.backends.cuda.source import Source, render
 
-from cuda_programs import LIBRARY, lowered, needs_toolchain
+from cuda_programs import KNOWN, LIBRARY, lowered, needs_toolchain
 
 pytestmark = needs_toolchain
-
-#: (kernel name, what fails today) -> why
-KNOWN = {
-    ("matmul_bf16", "compile"): "renders cp.async of 2 bytes (cp.async copies 4, 8 or 16)",
-    ("matmul_fp8", "compile"): "renders cp.async of 1 byte",
-    ("attention_bf16", "compile"): "renders cp.async of 2 bytes",
-    ("attention", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
-    ("attention_causal", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
-    ("gemm_f32_sync", "stack"): "accumulator fragment in local memory (256 B stack)",
-    ("matmul_batched", "stack"): "accumulator fragment in local memory (256 B stack)",
-    ("matmul_transposed", "stack"): "accumulator fragment in local memory (256 B stack)",
-}
-
 
 def _build(name, arch):
     try:
