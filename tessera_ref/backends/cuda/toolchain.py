@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,4 +101,4 @@ def available() -> bool:
 
 def version_tag() -> str:
     """The installed toolchain versions as one string (a build-cache key component)."""
-    return ";".join(f"{d}={v}" for d, v in toolchain().versions) + f";env={os.environ.get('TESSERA_NVRTC_FLAGS', '')}"
+    return ";".join(f"{d}={v}" for d, v in toolchain().versions)
