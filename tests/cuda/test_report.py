@@ -62,7 +62,27 @@ def test_sass_opcodes_keep_their_modifiers_and_drop_predicates():
     assert [op for _, op, _ in fns["axpy"]] == ["FMUL", "FADD", "EXIT"]
 
 
-def test_main_loop_is_the_largest_innermost_backward_branch():
+NESTED = """
+\t\tFunction : k
+        /*0000*/                   MOV R0, R1 ;
+        /*0010*/                   LDG.E R2, [R4.64] ;
+        /*0020*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0030*/               @P1 BRA 0x10 ;
+        /*0040*/                   FFMA R0, R8, R9, R0 ;
+        /*0050*/                   FFMA R1, R8, R9, R1 ;
+        /*0060*/                   FFMA R2, R8, R9, R2 ;
+        /*0070*/                   LDS.128 R8, [R2] ;
+        /*0080*/               @P0 BRA 0x0 ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_main_loop_is_the_loop_with_the_most_instructions_of_its_own():
+    # the outer loop 0x0-0x80 holds the copy loop 0x10-0x30 (3 instructions) and 6 of its own
+    assert main_loop(parse_sass(NESTED)["k"]) == Counter({"MOV": 1, "FFMA": 3, "LDS.128": 1, "BRA": 1})
+
+
+def test_main_loop_of_disjoint_loops_is_the_larger():
     loop = main_loop(parse_sass(SASS)["gemm"])  # loops 0x20-0x50 (4 instructions + BRA) and 0x60-0x70
     assert loop == Counter({"LDS.128": 1, "FFMA": 2, "BRA": 1})
     k = KernelReport("gemm", "sm_90", main_loop=loop)

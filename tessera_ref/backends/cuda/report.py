@@ -4,8 +4,8 @@
 and loads, stack frame, static shared memory, barriers per entry function);
 :func:`parse_sass` splits ``cuobjdump -sass`` output into functions and counts opcodes (the
 full opcode with its modifiers, ``LDGSTS.E.BYPASS.LTC128B.128``; a predicate ``@P0`` is not
-part of it); :func:`main_loop` finds the innermost loop (a backward ``BRA``) with the most
-instructions; :func:`occupancy` estimates resident blocks and warps per SM from the
+part of it); :func:`main_loop` finds the loop (a backward ``BRA``) with the most instructions of
+its own; :func:`occupancy` estimates resident blocks and warps per SM from the
 per-architecture limits in :data:`ARCH_LIMITS`.
 """
 from __future__ import annotations
@@ -50,8 +50,8 @@ class KernelReport:
     ``stack_bytes`` is the kernel's own stack frame; ``cumulative_stack_bytes`` adds what the
     functions it calls out of line use. ``shared_bytes`` is static shared memory (dynamic
     shared memory is a launch parameter). ``sass`` counts every instruction of the kernel,
-    ``main_loop`` those of its innermost loop with the most instructions (the whole kernel
-    when it has no loop).
+    ``main_loop`` those of its main loop (:func:`main_loop`; the whole kernel when it has no
+    loop).
     """
     name: str
     arch: str
@@ -129,21 +129,26 @@ _TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
 
 
 def main_loop(instrs: list[tuple[int, str, str]]) -> Counter:
-    """Opcode counts of the innermost loop with the most instructions: a loop is the address
-    range from a backward branch's target to the branch; innermost means no other loop lies
-    strictly inside it. The whole function when there is no loop."""
-    loops = []
+    """Opcode counts of the main loop: a loop is the address range from a backward branch's
+    target to the branch; a loop's own instructions are those in no loop nested in it; the
+    main loop is the loop with the most own instructions (an innermost loop when the hot loop
+    is innermost, its body otherwise), counted without its nested loops. The whole function
+    when there is no loop."""
+    loops = set()
     for addr, opcode, operands in instrs:
         if opcode.startswith("BRA") and (m := _TARGET.search(operands)):
             target = int(m.group(1), 16)
             if target < addr:  # backward (a branch to itself is the end-of-code trap)
-                loops.append((target, addr))
-    inner = [(lo, hi) for lo, hi in loops
-             if not any((lo2, hi2) != (lo, hi) and lo <= lo2 and hi2 <= hi for lo2, hi2 in loops)]
-    if not inner:
+                loops.add((target, addr))
+    if not loops:
         return Counter(op for _, op, _ in instrs)
-    best = max(inner, key=lambda r: sum(1 for a, _, _ in instrs if r[0] <= a <= r[1]))
-    return Counter(op for a, op, _ in instrs if best[0] <= a <= best[1])
+
+    def own(loop):
+        lo, hi = loop
+        nested = [(a, b) for a, b in loops if (a, b) != loop and lo <= a and b <= hi]
+        return [op for addr, op, _ in instrs if lo <= addr <= hi and not any(a <= addr <= b for a, b in nested)]
+
+    return Counter(max((own(loop) for loop in sorted(loops)), key=len))
 
 
 @dataclass(frozen=True)
