@@ -24,6 +24,7 @@ from ..backends.cuda.report import budget_violations, occupancy
 from ..backends.cuda.source import render
 from ..backends.cuda.toolchain import PINNED
 from ..errors import BackendError, LoweringError
+from ..ir import tile as T
 from ..interp.backend import InterpBackend
 from ..runner import run_path
 
@@ -86,9 +87,10 @@ class CollectingBackend(InterpBackend):
         with self._lock:
             if key in self.kernels:
                 return
-            name = plan.func.attributes["sym_name"] if hasattr(plan, "func") else plan.kernel
-            entry = self.kernels[key] = _entry(op_name, location or _location_of(module, name), name,
-                                               list(plan.grid), plan.lanes, None)
+            name = plan.func.attributes["sym_name"] if hasattr(plan, "func") else _kernel_name(module, plan.kernel)
+            grid = [int(g) for g in np.atleast_1d(plan.grid)]
+            entry = self.kernels[key] = _entry(op_name, location or _location_of(module, name), name, grid,
+                                               plan.lanes, None)
         entry["source_sha256"] = key
         for arch in self.archs:
             try:
@@ -114,6 +116,11 @@ class CollectingBackend(InterpBackend):
 def _entry(op_name, location, kernel, grid, threads, error):
     return {"op": op_name, "location": location, "kernel": kernel, "grid": grid, "threads": threads,
             "error": error, "arch": {}}
+
+
+def _kernel_name(module, name):
+    """``name``, or the module's only kernel's when None (a ``Launch`` of a one-kernel module)."""
+    return name if name is not None else next(op.attributes["sym_name"] for op in module.body if T.is_kernel(op))
 
 
 def _location_of(module, name):

@@ -87,3 +87,27 @@ def test_demo_reports_its_kernels(capsys):
     assert all(k["location"].endswith(("demo.py:58", "demo.py:59", "demo.py:61", "demo.py:67"))
                for k in report["kernels"])
     assert status == (0 if report["all_within_budget"] else 1)
+
+
+def test_a_kernel_launch_is_compiled_and_keeps_its_multiply_add_unfused(tmp_path, capsys):
+    path = tmp_path / "axpy.py"
+    path.write_text(textwrap.dedent('''
+        import numpy as np
+        from tessera_ref import kernel
+
+        k = kernel.from_source("""
+        @kernel
+        def axpy(X: f32[m], Y: mut f32[m], alpha: f32):
+            i = tile.lane_id()
+            for t in tile.range(m, step=128):
+                y = alpha * tile.load(X, index=t+i) + tile.load(Y, index=t+i)
+                tile.store(Y, index=t+i, value=y)
+        """)
+        y = np.zeros(256, np.float32)
+        k(np.ones(256, np.float32), y, np.float32(2.0), grid=1, lanes=128)
+    '''))
+    status, out = _run(capsys, str(path), "--arch", "sm_80", "--json")
+    (entry,) = json.loads(out)["kernels"]
+    r = entry["arch"]["sm_80"]
+    assert status == 0 and (entry["op"], entry["kernel"], entry["grid"], entry["threads"]) == ("@kernel", "axpy", [1], 128)
+    assert r["sass"]["FMUL"] >= 1 and r["sass"]["FADD"] >= 1 and "FFMA" not in r["sass"]
