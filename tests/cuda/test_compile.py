@@ -5,8 +5,11 @@ architecture's per-block limit), and ``--fmad=false`` keeps ``a*b+c`` as FMUL + 
 Kernels that do not meet a budget today are listed in cuda_programs.KNOWN with the reason (the fast
 matmul / row-kernel rewrites address them); they run as non-strict xfails, so the day one
 starts passing shows up as XPASS."""
+from pathlib import Path
+
 import pytest
 
+from tessera_ref import kernel
 from tessera_ref.backends.cuda import toolchain
 from tessera_ref.backends.cuda.compile import CompileError, build
 from tessera_ref.backends.cuda.report import ARCH_LIMITS
@@ -93,3 +96,33 @@ def test_a_missing_toolchain_says_how_to_install_it(monkeypatch):
     with pytest.raises(toolchain.ToolchainError, match="nvidia-cuda-nvrtc-cu12") as info:
         toolchain.toolchain()
     assert "pip install" in info.value.fix
+
+
+SEED_KERNELS = {
+    # seed 004 §2.3's double-buffered pipeline, as the programming guide prints it (f16: 2-byte copies)
+    "seed004_tp_axpy": (Path(__file__).parents[1] / "tiles" / "data" / "tp_axpy.tsr").read_text()
+    .replace("@kernel.autotune(space=dict(BM=[128,256], stages=[2,3]))", "@kernel"),
+    "seed_saxpy": '''
+@kernel
+def saxpy(x: f32[n], y: mut f32[n], alpha: f32):
+    i = tile.linear_id()
+    if i < n:
+        y[i] = alpha * x[i] + y[i]
+''',
+}
+KNOWN_SEEDS = {"seed004_tp_axpy": "renders cp.async of 2 bytes (f16 elements)"}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("name", list(SEED_KERNELS))
+def test_seed_kernels_compile(name, arch):
+    k = kernel.from_source(SEED_KERNELS[name])
+    try:
+        b = build(render(k.module), arch)
+    except CompileError as e:
+        if name in KNOWN_SEEDS:
+            pytest.xfail(f"{KNOWN_SEEDS[name]}: {e.what.splitlines()[0]}")
+        raise
+    (report,) = b.kernels.values()
+    assert report.spill_stores == report.spill_loads == 0 and report.registers > 0
+    assert report.shared_bytes <= ARCH_LIMITS[arch].smem_per_block
