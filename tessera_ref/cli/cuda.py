@@ -22,7 +22,7 @@ from ..backends import use
 from ..backends.cuda import compile as cuda_compile
 from ..backends.cuda.report import budget_violations, occupancy
 from ..backends.cuda.source import render
-from ..backends.cuda.toolchain import PINNED
+from ..backends.cuda.toolchain import toolchain
 from ..errors import BackendError, LoweringError
 from ..ir import tile as T
 from ..interp.backend import InterpBackend
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     entries = list(backend.kernels.values())
     ok = all(not e["error"] and all(r["budget_ok"] for r in e["arch"].values()) for e in entries)
     if args.json:
-        print(json.dumps({"version": JSON_VERSION, "toolchain": PINNED, "archs": archs,
+        print(json.dumps({"version": JSON_VERSION, "toolchain": dict(toolchain().versions), "archs": archs,
                           "options": list(cuda_compile.OPTIONS), "kernels": entries, "all_within_budget": ok},
                          indent=2))
     else:

@@ -10,6 +10,7 @@ from cuda_programs import needs_toolchain
 from tessera_ref.backends.cuda.compile import build
 from tessera_ref.backends.cuda.report import occupancy
 from tessera_ref.backends.cuda.source import render
+from tessera_ref.backends.cuda.toolchain import PINNED
 from tessera_ref.cli import main
 from tessera_ref.errors import BackendError
 
@@ -41,7 +42,7 @@ def test_json_report_matches_build(tmp_path, capsys):
     status, out = _run(capsys, str(path), "--arch", "sm_90", "--json")
     report = json.loads(out)
     assert status == 0 and report["all_within_budget"] and report["version"] == 1 and report["archs"] == ["sm_90"]
-    assert "--fmad=false" in report["options"]
+    assert "--fmad=false" in report["options"] and set(report["toolchain"]) == set(PINNED)
     kernels = report["kernels"]
     assert [k["op"] for k in kernels] == ["rmsnorm_safe", "softmax"]
     assert all(k["location"].endswith("prog.py:8") for k in kernels)
