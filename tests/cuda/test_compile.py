@@ -126,3 +126,45 @@ def test_seed_kernels_compile(name, arch):
     (report,) = b.kernels.values()
     assert report.spill_stores == report.spill_loads == 0 and report.registers > 0
     assert report.shared_bytes <= ARCH_LIMITS[arch].smem_per_block
+
+
+HEADER_API = r"""
+#include "tessera_device.cuh"
+extern "C" __global__ void api(const float* x, float* y, double* z, __half* h, __nv_bfloat16* b,
+                               __nv_fp8_e4m3* e4, __nv_fp8_e5m2* e5, long* w) {
+  __shared__ __align__(128) float s[1024];
+  int i = threadIdx.x;
+  tsr_cp_async<4>(&s[i], &x[i]);
+  tsr_cp_async<8>(&s[256 + 2 * i], &x[2 * i]);
+  tsr_cp_async<16>(&s[512 + 4 * i], &x[4 * i]);
+  tsr_cp_async_commit();
+  tsr_cp_async_wait<0>();
+  __syncthreads();
+  float v = s[TSR_SWIZZLE(i, 4)] + tsr_shfl_xor(s[i], 1);
+  double d = tsr_shfl_xor((double)v, 2) + TSR_INF * 0.0;
+  w[i] = tsr_shfl_xor((long)i, 4) + tsr_shfl_xor(i, 8);
+  unsigned a[4], bb[2];
+  tsr_ldmatrix<4>(a, &s[(i % 16) * 8]);
+  tsr_ldmatrix<2, true>(bb, &s[(i % 8) * 8]);
+  tsr_ldmatrix<1>(a, &s[(i % 8) * 8]);
+  float c[4] = {v, v, v, v}, acc[4];
+  tsr_mma_m16n8k16_bf16(acc, a, bb, c);
+  tsr_mma_m16n8k16_f16(acc, a, bb, acc);
+  y[i] = tsr_max(tsr_exp(v), tsr_min(acc[0], -TSR_INFF)) + tsr_tanh(v) + tsr_rsqrt(v);  // sin, cos: see CUDA-HDR-2
+  z[i] = tsr_max(tsr_log(d), tsr_min(d, 1.0)) + tsr_erfc(d);
+  h[i] = tsr_max(tsr_exp(h[i]), tsr_cvt<__half>(d));
+  b[i] = tsr_min(tsr_gelu(b[i]), tsr_cvt<__nv_bfloat16>(h[i]));
+  e4[i] = tsr_cvt<__nv_fp8_e4m3>(v);
+  e5[i] = tsr_cvt<__nv_fp8_e5m2>(tsr_cvt<float>(d));
+}
+"""
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_header_entry_point_compiles_to_its_instruction(arch):
+    k = build(HEADER_API, arch).kernels["api"]
+    ops = k.sass
+    assert any(o.startswith("LDGSTS") for o in ops) and any(o.startswith("SHFL.BFLY") for o in ops)
+    assert any(o.startswith("LDSM") for o in ops), sorted(ops)
+    assert ops["HMMA.16816.F32.BF16"] == 1 and ops["HMMA.16816.F32"] == 1, sorted(o for o in ops if "HMMA" in o)
+    assert k.spill_stores == k.spill_loads == 0 and k.stack_bytes == 0

@@ -20,8 +20,9 @@
 //                                      canonical quiet NaN, -0 < +0); float and double
 //   tsr_<fn>(x) for fn in exp expm1 log sin cos tanh erf erfc sigmoid silu gelu gelu_tanh rsqrt
 //                                      NUM-MATH: double -> the f64 algorithm; float -> the f64
-//                                      algorithm rounded once into f32 (accum f32); NaN results
-//                                      are the canonical quiet NaN
+//                                      algorithm rounded once into f32 (accum f32); __half and
+//                                      __nv_bfloat16 through f32, then tsr_cvt; NaN results are
+//                                      the canonical quiet NaN
 //   TSR_SWIZZLE(elem_offset, itemsize) CuTe Swizzle<3,4,3> on the byte offset, back in elements
 //   device only:
 //   tsr_cp_async<BYTES>(smem, gmem)    cp.async of 4, 8 (.ca) or 16 (.cg) bytes
@@ -41,7 +42,7 @@
 #include <cuda_fp8.h>
 #define TSR_INL __device__ __forceinline__
 #define TSR_FN TSR_INL
-#define TSR_COLD __device__ __noinline__  // rare paths: out of line, their stack off the caller's
+#define TSR_COLD __device__ __noinline__  // rare paths, out of line (the hot path keeps its registers)
 #define TSR_TABLE __device__ const
 #else
 #include <cmath>
@@ -594,7 +595,8 @@ template <class T> TSR_FN T tsr_cvt(__nv_bfloat16 x) { return tsr_cvt<T>((double
 template <class T> TSR_FN T tsr_cvt(__nv_fp8_e4m3 x) { return tsr_cvt<T>((double)(float)x); }
 template <class T> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) { return tsr_cvt<T>((double)(float)x); }
 
-// 16-bit formats: max/min and NUM-MATH through f32 (exact widening; accum f32)
+// 16-bit formats: max/min and NUM-MATH through f32 (exact widening; the math in an f32
+// accumulator, rounded once into f32 and then into the 16-bit format, as the interpreter does)
 TSR_FN __half tsr_max(__half a, __half b) { return tsr_cvt<__half>(tsr_max(__half2float(a), __half2float(b))); }
 TSR_FN __half tsr_min(__half a, __half b) { return tsr_cvt<__half>(tsr_min(__half2float(a), __half2float(b))); }
 TSR_FN __nv_bfloat16 tsr_max(__nv_bfloat16 a, __nv_bfloat16 b) {
@@ -603,6 +605,13 @@ TSR_FN __nv_bfloat16 tsr_max(__nv_bfloat16 a, __nv_bfloat16 b) {
 TSR_FN __nv_bfloat16 tsr_min(__nv_bfloat16 a, __nv_bfloat16 b) {
   return tsr_cvt<__nv_bfloat16>(tsr_min(__bfloat162float(a), __bfloat162float(b)));
 }
+#define TSR_MATH16(fn)                                                                                   \
+  TSR_FN __half tsr_##fn(__half x) { return tsr_cvt<__half>(tsr_##fn(__half2float(x))); }               \
+  TSR_FN __nv_bfloat16 tsr_##fn(__nv_bfloat16 x) { return tsr_cvt<__nv_bfloat16>(tsr_##fn(__bfloat162float(x))); }
+TSR_MATH16(exp) TSR_MATH16(expm1) TSR_MATH16(log) TSR_MATH16(sin) TSR_MATH16(cos) TSR_MATH16(tanh)
+TSR_MATH16(erf) TSR_MATH16(erfc) TSR_MATH16(sigmoid) TSR_MATH16(silu) TSR_MATH16(gelu) TSR_MATH16(gelu_tanh)
+TSR_MATH16(rsqrt)
+#undef TSR_MATH16
 #endif
 
 // CuTe Swizzle<3,4,3> on byte offsets (o ^ ((o & (7 << 7)) >> 3)), back in elements
