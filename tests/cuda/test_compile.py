@@ -168,3 +168,12 @@ def test_every_header_entry_point_compiles_to_its_instruction(arch):
     assert any(o.startswith("LDSM") for o in ops), sorted(ops)
     assert ops["HMMA.16816.F32.BF16"] == 1 and ops["HMMA.16816.F32"] == 1, sorted(o for o in ops if "HMMA" in o)
     assert k.spill_stores == k.spill_loads == 0 and k.stack_bytes == 0
+
+
+def test_a_second_store_of_one_entry_leaves_one_entry_and_no_debris(monkeypatch, tmp_path):
+    from tessera_ref.backends.cuda import compile as C
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    b = build(FMA_CANDIDATE, "sm_80")
+    (entry,) = (tmp_path / "cuda").iterdir()
+    C._store(entry, b)  # as a concurrent process finishing second would
+    assert [p.name for p in (tmp_path / "cuda").iterdir()] == [entry.name]

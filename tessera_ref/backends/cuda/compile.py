@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ def _load(entry: Path, arch: str) -> Build | None:
 
 
 def _store(entry: Path, b: Build) -> None:
+    tmp = None
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
@@ -90,8 +92,9 @@ def _store(entry: Path, b: Build) -> None:
         (tmp / _FILES["sass"]).write_text(b.sass)
         (tmp / "meta.json").write_text(json.dumps({"arch": b.arch, "toolchain": version_tag()}))
         os.replace(tmp, entry)
-    except OSError:
-        pass  # another process stored it first, or the cache is read-only: the build stands
+    except OSError:  # another process stored it first, or the cache is read-only: the build stands
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _disassemble(cubin: bytes) -> str:
