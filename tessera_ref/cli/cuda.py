@@ -12,6 +12,7 @@ one device's shard.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import hashlib
 import json
 import threading
@@ -32,6 +33,8 @@ __all__ = ["add_parser", "run", "CollectingBackend", "collect_demo", "JSON_VERSI
 
 #: Bumped when a key of the JSON output changes meaning or disappears (keys may be added).
 JSON_VERSION = 1
+#: The shape of the mesh of the function being run (None off a mesh), per thread/context.
+_MESH_SHAPE = contextvars.ContextVar("tessera_cuda_collect_mesh", default=None)
 
 
 class CollectingBackend(InterpBackend):
@@ -44,16 +47,19 @@ class CollectingBackend(InterpBackend):
         self.archs = tuple(archs)
         self.kernels = {}  # sha256 of the CUDA C -> entry
         self._lock = threading.Lock()
-        self._mesh_shape = None
 
     def run_function(self, func, args):
         mesh = next((a.mesh for a in args if hasattr(a, "mesh")), None)
-        self._mesh_shape = tuple(mesh.shape) if mesh is not None else None
-        return super().run_function(func, args)
+        token = _MESH_SHAPE.set(tuple(mesh.shape) if mesh is not None else None)
+        try:
+            return super().run_function(func, args)
+        finally:
+            _MESH_SHAPE.reset(token)
 
-    def _per_device(self, operands):
+    @staticmethod
+    def _per_device(operands):
         """One device's shard of stacked operands (see the module docstring)."""
-        m = self._mesh_shape
+        m = _MESH_SHAPE.get()
         if m and all(np.ndim(x) > len(m) and all(s in (1, d) for s, d in zip(np.shape(x)[:len(m)], m))
                      for x in operands):
             return [np.asarray(x)[(0,) * len(m)] for x in operands]
