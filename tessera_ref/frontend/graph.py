@@ -152,8 +152,8 @@ class GraphFunction:
         ``"graph"``: the Graph IR module (after the rewrites; ``optimized=False``: as traced).
         ``"schedule"``, ``"tile"``, ``"target"``: the optimized module lowered with the default
         schedules and the thread's top-level ``schedule`` directives
-        (:func:`tessera_ref.lowering.pipeline.inspect_graph`); ``"target"`` is CUDA C text
-        labelled as not yet compiled. At ``"tile"`` and ``"target"`` an op without a tile
+        (:func:`tessera_ref.lowering.pipeline.inspect_graph`); ``"target"`` is the CUDA C text
+        (:mod:`tessera_ref.backends.cuda` compiles it). At ``"tile"`` and ``"target"`` an op without a tile
         lowering is a :class:`~tessera_ref.errors.LoweringError` naming the op and its source line.
         """
         if level != "graph" and level not in LEVELS:

@@ -675,8 +675,8 @@ class Kernel:
         return Kernel(self._ast, self.filename, self._offset, {**self.constants, **constants})
 
     def inspect_ir(self, level: str = "tile") -> str:
-        """The kernel's IR text at ``level``: ``"tile"``, or ``"target"`` (the CUDA C text,
-        labelled not yet compiled; :mod:`tessera_ref.backends.cuda` registers it). A ``@kernel``
+        """The kernel's IR text at ``level``: ``"tile"``, or ``"target"`` (the CUDA C text
+        that :mod:`tessera_ref.backends.cuda` registers and compiles). A ``@kernel``
         is written at the tile level, so it has no ``"graph"`` or ``"schedule"`` IR."""
         if level == "tile":
             return str(self.module)
