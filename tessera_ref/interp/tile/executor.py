@@ -616,30 +616,36 @@ def _subview(run, op, mask):
     return View(base, offsets, shape, len(base.shape) - len(shape))
 
 
+def _aligned_pieces(dbase, doffs, sbase, soffs, chunk: int) -> bool:
+    """Whether ``chunk``-byte pieces of the copy are contiguous and naturally aligned in both
+    buffers (hardware.md: cp.async copies 4, 8 or 16 aligned bytes)."""
+    size = dbase.itemsize
+    per = chunk // size
+    if chunk < size or per == 0 or doffs.size % per:
+        return False
+    for base, offs in ((dbase, doffs), (sbase, soffs)):
+        pieces = offs.reshape(-1, per)
+        if ((base.base + pieces[:, 0] * size) % chunk).any() or (pieces != pieces[:, :1] + np.arange(per)).any():
+            return False
+    return True
+
+
 def _copy_chunk(run, op, dbase, doffs, sbase, soffs) -> int:
-    """The cp.async size (16, 8 or 4 bytes, or one element) of a copy: the largest whose
-    pieces are contiguous and naturally aligned in both the source and the destination
-    (hardware.md: cp.async copies 4, 8 or 16 aligned bytes)."""
+    """The cp.async piece size of a copy: its ``bytes`` attribute, which must fit the data (a
+    KernelError otherwise), or else the largest of 16, 8, 4 bytes whose pieces fit (else one
+    element)."""
     key = ("chunk", op, dbase.layout_key, int(doffs[0]), sbase.layout_key,
            (sbase.base + int(soffs[0]) * sbase.itemsize) % 16, doffs.size)
     hit = run._cache.get(key)
     if hit is None:
-        size = dbase.itemsize
-        hit = size
-        for chunk in (16, 8, 4):
-            per = chunk // size
-            if chunk < size or per == 0 or doffs.size % per:
-                continue
-            ok = True
-            for base, offs in ((dbase, doffs), (sbase, soffs)):
-                pieces = offs.reshape(-1, per)
-                if ((base.base + pieces[:, 0] * size) % chunk).any() or \
-                        (pieces != pieces[:, :1] + np.arange(per)).any():
-                    ok = False
-                    break
-            if ok:
-                hit = chunk
-                break
+        given = op.attributes.get("bytes")
+        if given is not None and not _aligned_pieces(dbase, doffs, sbase, soffs, given):
+            raise KernelError(f"cp_async copies {given}-byte pieces, but the pieces of this copy ({sbase.name} -> "
+                              f"{dbase.name}, in tile {run.tile}) are not contiguous and {given}-byte aligned in "
+                              f"both buffers (hardware.md's cp.async rule)", location=op.location,
+                              fix="align the views (offsets, row lengths, padding) or copy smaller pieces")
+        hit = given or next((c for c in (16, 8, 4) if _aligned_pieces(dbase, doffs, sbase, soffs, c)),
+                            dbase.itemsize)
         run._cache[key] = hit
     return hit
 
@@ -654,6 +660,8 @@ def _cp_async(run, op, mask):
         raise KernelError(f"cp_async copies global memory into shared memory of the same size; got "
                           f"{src.space} {list(getattr(src, 'shape', ()))} -> {dbase.space} {list(dst.shape)}",
                           location=op.location, fix="copy a slice of the global buffer of the shared buffer's size")
+    if op.attributes.get("transpose"):  # the destination's offsets in the source's row-major order
+        doffs = doffs.reshape(dst.shape).T.reshape(-1)
     chunk = _copy_chunk(run, op, dbase, doffs, sbase, soffs)
     data = run.collective_read(op, src, "cp.async reads", chunk=chunk)
     if run.checks:
