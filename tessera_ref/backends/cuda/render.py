@@ -44,7 +44,9 @@ from ...errors import LoweringError
 from ...ir import Module
 from ...ir import tile as T
 from ...ir.builtin import RETURN
+from ...ir.fragment import layout_of
 from ...ir.types import IndexType, ScalarType, TensorType
+from .owned import Owned
 
 __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
 
@@ -71,6 +73,8 @@ _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
+#: vector types for one 8- or 16-byte access of consecutive elements
+_VECTOR = {("float", 4): "float4", ("float", 2): "float2", ("double", 2): "double2"}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -109,12 +113,41 @@ def _convert(expr: str, src, dst, location=None) -> str:
     return f"tsr_cvt<{ctype}>({expr})"
 
 
+_CONSTANT, _BINARY = T._name("constant"), T._name("binary")
+
+
+def _index_type(func) -> str:
+    """``int`` when every index fits in 32 bits — every buffer static with fewer than 2³¹
+    elements, and the launch (if known) under 2³¹ lanes — else ``long`` (TILE-TARGET-2)."""
+    limit = 2 ** 31
+    for arg in func.regions[0].entry.args:
+        t = arg.type
+        if isinstance(t, TensorType) and t.rank and (not t.is_static or math.prod(t.shape) >= limit):
+            return "long"
+    grid = func.attributes.get("launch.grid")
+    if grid is not None and math.prod(grid) * func.attributes.get("launch.lanes", 1) >= limit:
+        return "long"
+    return "int"
+
+
 class _View:
     """A buffer region: pointer name, element offset expression, shape, strides, swizzled?"""
 
-    def __init__(self, ptr, offset, shape, strides, swizzle=False, itemsize=4):
+    def __init__(self, ptr, offset, shape, strides, swizzle=False, itemsize=4, align=0):
         self.ptr, self.offset, self.shape, self.strides = ptr, offset, tuple(shape), tuple(strides)
         self.swizzle, self.itemsize = swizzle, itemsize
+        self.align = align  # the offset is a multiple of it, in elements (0: the offset is 0)
+
+    def vector(self, divisors, n: int) -> bool:
+        """Whether ``n`` consecutive elements (along the last axis) at an index whose entries
+        are multiples of ``divisors`` are one naturally aligned 8- or 16-byte access."""
+        if n == 1:
+            return True
+        if self.swizzle or n * self.itemsize not in (4, 8, 16) or self.strides[-1] != "1" or \
+                not all(s.isdigit() for s in self.strides):
+            return False
+        terms = [d * int(st) for d, st in zip(divisors[:-1], self.strides[:-1])]
+        return math.gcd(self.align, divisors[-1], *terms) % n == 0
 
     def at(self, index) -> str:
         terms = [self.offset] + [f"({i}) * {s}" if s != 1 else f"({i})" for i, s in zip(index, self.strides)]
@@ -133,6 +166,8 @@ class _Emitter:
         self.indent = 1
         self.lanes = func.attributes.get("launch.lanes")
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
+        self.layouts = {}  # fragment value -> its Owned (absent: cyclic)
+        self.idx = _index_type(func)
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -141,7 +176,22 @@ class _Emitter:
         return self.names[value]
 
     def ctype(self, t) -> str:
-        return _ctype(t, self.location)
+        return self.idx if isinstance(t, IndexType) else _ctype(t, self.location)
+
+    def divisor(self, v) -> int:
+        """A number the index value ``v`` is always a multiple of (0: it is 0)."""
+        op = v.defining_op
+        loop = v.block.parent_op if op is None else None
+        if loop is not None and loop.name == T.FOR and v.index == 0:  # an induction variable
+            return math.gcd(self.divisor(loop.operands[0]), self.divisor(loop.operands[2]))
+        if op is None or op.name not in (_CONSTANT, _BINARY):
+            return 1
+        if op.name == _CONSTANT:
+            value = op.attributes["value"]
+            return abs(value) if isinstance(value, int) else 1
+        a, b = (self.divisor(x) for x in op.operands)
+        fn = op.attributes["fn"]
+        return a * b if fn == "mul" else math.gcd(a, b) if fn in ("add", "sub") else 1
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -175,7 +225,7 @@ class _Emitter:
             else:
                 params.append(f"{self.ctype(t)} {pname}")
                 self.names[arg] = pname
-        params += [f"long {s}" for s in self.sizes]
+        params += [f"long {s}" for s in self.sizes]  # symbolic sizes make every index a long
         launch = ""
         if "launch.grid" in attrs:
             launch = f"// launch: grid {tuple(attrs['launch.grid'])}, {attrs['launch.lanes']} threads per block\n"
@@ -208,7 +258,7 @@ class _Emitter:
         self.value(op, "threadIdx.x")
 
     def op_linear_id(self, op):
-        self.value(op, "(long)blockIdx.x * blockDim.x + threadIdx.x")
+        self.value(op, f"({self.idx})blockIdx.x * blockDim.x + threadIdx.x")
 
     def op_tile_id(self, op):
         self.value(op, f"blockIdx.{'xyz'[op.attributes['axis']]}")
@@ -298,14 +348,15 @@ class _Emitter:
         offset = base.offset if not extra else (extra if base.offset == "0" else f"{base.offset} + {extra}")
         shape = op.results[0].type.shape
         name = self.name(op.results[0])
-        self.emit(f"const long {name}_off = {offset};  // view {list(shape)} of {base.ptr}")
+        self.emit(f"const {self.idx} {name}_off = {offset};  // view {list(shape)} of {base.ptr}")
+        terms = [self.divisor(v) * (int(st) if st.isdigit() else 1) for v, st in zip(op.operands[1:], base.strides)]
         self.names[op.results[0]] = _View(base.ptr, f"{name}_off", shape, base.strides[len(base.strides) - len(shape):],
-                                          base.swizzle, base.itemsize)
+                                          base.swizzle, base.itemsize, math.gcd(base.align, *terms))
 
     def _box_loop(self, view, body, lanes_expr="blockDim.x") -> None:
         """``body(index exprs)`` for every element of ``view``'s box, block-strided."""
         n = math.prod(view.shape)
-        self.emit(f"for (long j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
+        self.emit(f"for ({self.idx} j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
         idx, rest = [], "j"
         for i, d in enumerate(view.shape):
             inner = math.prod(view.shape[i + 1:])
@@ -316,10 +367,49 @@ class _Emitter:
         self.indent -= 1
         self.emit("}")
 
+    def _piece_bytes(self, op, dst, src) -> int | None:
+        """The cp.async piece size: the op's ``bytes``, or the widest of 16, 8, 4 bytes that the
+        views' strides and offsets make contiguous and aligned; None when even 4 does not fit
+        (cp.async copies 4, 8 or 16 bytes)."""
+        given = op.attributes.get("bytes")
+        if given is not None:
+            return given
+        row = src.shape[-1]
+        for nbytes in (16, 8, 4):
+            n = nbytes // dst.itemsize
+            if n >= 1 and nbytes % dst.itemsize == 0 and row % n == 0 and \
+                    all(v.vector([1] * (len(v.shape) - 1) + [n], n) for v in (dst, src)):
+                return nbytes
+        return None
+
     def op_cp_async(self, op):
         dst, src = self.names[op.operands[0]], self.names[op.operands[1]]
-        self.emit("// cp.async: one copy per element here; the CUDA phase groups them into 16-byte copies")
-        self._box_loop(dst, lambda idx: self.emit(f"tsr_cp_async(&{dst.at(idx)}, &{src.at(idx)}, {dst.itemsize});"))
+        nbytes = self._piece_bytes(op, dst, src)
+        flip = op.attributes.get("transpose", False)
+        if nbytes is None:  # the wait and barrier that must follow make a plain copy visible as well
+            self.emit("// a copy cp.async cannot make (pieces under 4 bytes): each lane copies its elements")
+            self._box_loop(src, lambda idx: self.emit(f"{dst.at(idx[::-1] if flip else idx)} = {src.at(idx)};"))
+            return
+        per, n = max(1, nbytes // dst.itemsize), math.prod(src.shape)
+        self.emit(f"// cp.async in {nbytes}-byte pieces{', transposing' if flip else ''}: piece j by lane j mod lanes")
+        pieces = n // per
+        if self.lanes:  # a constant trip count: the loop unrolls
+            self.emit("#pragma unroll")
+            self.emit(f"for (int i = 0; i < {-(-pieces // self.lanes)}; ++i) {{")
+            self.emit(f"  const {self.idx} j = threadIdx.x + i * {self.lanes};")
+            if pieces % self.lanes:
+                self.emit(f"  if (j >= {pieces}) break;")
+        else:
+            self.emit(f"for ({self.idx} j = threadIdx.x; j < {pieces}; j += blockDim.x) {{")
+        idx, rest = [], f"j * {per}" if per > 1 else "j"
+        for i in range(len(src.shape)):
+            inner = math.prod(src.shape[i + 1:])
+            idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
+            rest = f"({rest}) % {inner}" if inner > 1 else rest
+        self.indent += 1
+        self.emit(f"tsr_cp_async<{nbytes}>(&{dst.at(idx[::-1] if flip else idx)}, &{src.at(idx)});")
+        self.indent -= 1
+        self.emit("}")
 
     def op_cp_async_commit(self, op):
         self.emit("tsr_cp_async_commit();")
@@ -331,17 +421,39 @@ class _Emitter:
         self.emit("__syncthreads();")
 
     # -- fragments -----------------------------------------------------------------------
-    def _frag_len(self, t) -> str:
+    def _own(self, value):
+        """The :class:`Owned` of fragment ``value`` (None: cyclic ownership)."""
+        return self.layouts.get(value)
+
+    def _set_layout(self, value, op) -> None:
+        layout = layout_of(op.attributes)
+        if layout is not None:
+            self.layouts[value] = Owned(layout, value.type.shape)
+
+    def _frag_len(self, t, value=None) -> str:
+        own = self._own(value) if value is not None else None
+        if own is not None:
+            return str(own.values)
         lanes = self.lanes or 32
         return str(-(-math.prod(t.shape) // lanes))
 
-    def _owned(self, t, body) -> None:
-        """``body(slot, m, n)`` for every fragment element this lane owns."""
+    def _owned(self, t, body, own=None) -> None:
+        """``body(slot, m, n)`` for every fragment element this lane owns: cyclically, or by
+        ``own``'s layout in a fully unrolled slot loop (constant register indices)."""
+        if own is not None:
+            self.emit("#pragma unroll")
+            self.emit(f"for (int s = 0; s < {own.values}; ++s) {{")
+            self.indent += 1
+            self.emit(f"const {self.idx} e = {own.lane_offset} + {own.value_offset('s')};")
+            body("s", f"e / {t.shape[1]}", f"e % {t.shape[1]}")
+            self.indent -= 1
+            self.emit("}")
+            return
         lanes = self.lanes or "blockDim.x"
         n = math.prod(t.shape)
         self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {{")
         self.indent += 1
-        self.emit(f"const long e = threadIdx.x + (long)s * {lanes};")
+        self.emit(f"const {self.idx} e = threadIdx.x + ({self.idx})s * {lanes};")
         self.emit(f"if (e < {n}) {{")
         self.indent += 1
         body("s", f"e / {t.shape[1]}", f"e % {t.shape[1]}")
@@ -352,17 +464,54 @@ class _Emitter:
 
     def _new_frag(self, value) -> str:
         name = self.name(value)
-        self.emit(f"{self.ctype(value.type)} {name}[{self._frag_len(value.type)}];")
+        self.emit(f"{self.ctype(value.type)} {name}[{self._frag_len(value.type, value)}];")
         return name
 
     def op_fill(self, op):
+        self._set_layout(op.results[0], op)
         name = self._new_frag(op.results[0])
         v = op.attributes["value"]
         value = _convert(f"{v!r}f", "f32", _format(op.results[0].type), op.location)
-        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type)}; ++s) {name}[s] = {value};")
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type, op.results[0])}; ++s) {name}[s] = {value};")
+
+    def _lane_origin(self, own) -> tuple:
+        """Declare this lane's row and column origin in a separable micro-tile layout."""
+        self.count += 1
+        row, col = f"mr{self.count}", f"nc{self.count}"
+        self.emit(f"const {self.idx} {row} = {own.lane_row}, {col} = {own.lane_col};  // this lane's micro-tile origin")
+        return row, col
+
+    def _move_blocked(self, view, frag: str, own, src_fmt, dst_fmt, store: bool) -> None:
+        """Load (``store`` False) or store a separable micro-tile fragment element by element
+        in straight-line code, consecutive columns of one row as one vector access where the
+        format is unchanged and the view makes it aligned."""
+        row, col = self._lane_origin(own)
+        ctype = _CTYPE.get(dst_fmt if store else src_fmt)
+        s = 0
+        while s < own.values:
+            r, c = own.value_rows[s], own.value_cols[s]
+            n = next((n for n in (4, 2) if src_fmt == dst_fmt and (ctype, n) in _VECTOR and s + n <= own.values
+                      and all(own.value_rows[s + i] == r and own.value_cols[s + i] == c + i for i in range(n))
+                      and view.vector([1, math.gcd(own.col_align, c)], n)), 1)
+            at = view.at([f"{row} + {r}", f"{col} + {c}"])
+            if n > 1:
+                vec = _VECTOR[(ctype, n)]
+                if store:
+                    parts = ", ".join(f"{frag}[{s + i}]" for i in range(n))
+                    self.emit(f"*reinterpret_cast<{vec}*>(&{at}) = make_{vec}({parts});")
+                else:
+                    self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
+                              + " ".join(f"{frag}[{s + i}] = t.{'xyzw'[i]};" for i in range(n)) + " }")
+            elif store:
+                self.emit(f"{at} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, self.location)};")
+            else:
+                self.emit(f"{frag}[{s}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+            s += n
 
     def op_frag_load(self, op):
         frag, src = op.results[0], self.names[op.operands[0]]
+        self._set_layout(frag, op)
         self.loaded[frag] = (op, src)
         users = frag.users
         if users and all(u.results and self._is_frag(u.results[0].type) and u.results[0].type.shape != frag.type.shape
@@ -370,13 +519,22 @@ class _Emitter:
             self.emit(f"// {list(frag.type.shape)} fragment used broadcast only: read from its view where used")
             return
         name = self._new_frag(frag)
-        self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"))
+        own = self._own(frag)
+        if own is not None and own.separable:
+            fmt = _format(frag.type)
+            self._move_blocked(src, name, own, fmt, fmt, store=False)
+            return
+        self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"), own)
 
     def op_frag_store(self, op):
         dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
         src_fmt, dst_fmt = _format(op.operands[1].type), _format(op.operands[0].type)
+        own = self._own(op.operands[1])
+        if own is not None and own.separable:
+            self._move_blocked(dst, frag, own, src_fmt, dst_fmt, store=True)
+            return
         self._owned(op.operands[1].type, lambda s, m, n: self.emit(
-            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"))
+            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"), own)
 
     @staticmethod
     def _is_frag(t) -> bool:
@@ -410,27 +568,83 @@ class _Emitter:
         if t.rank != 2:
             raise LoweringError(f"the CUDA emitter handles fragment arithmetic on 2-D fragments, got {t}",
                                 location=op.location, fix="reshape the fragments to 2-D")
+        own = next((self._own(v) for v in op.operands if self._own(v) is not None
+                    and tuple(v.type.shape) == tuple(t.shape)), None)
+        if own is not None:
+            self.layouts[op.results[0]] = own
         name = self._new_frag(op.results[0])
         self._owned(t, lambda s, m, n: self.emit(
-            f"{name}[{s}] = {expr(*(self._element(op, v, t.shape, s, m, n) for v in op.operands))};"))
+            f"{name}[{s}] = {expr(*(self._element(op, v, t.shape, s, m, n) for v in op.operands))};"), own)
 
     def op_mma(self, op):
         a, b, acc = op.operands
         A, B, C = self.names.get(a), self.names.get(b), self.arg(acc)
         if not isinstance(A, _View) or not isinstance(B, _View):
             raise LoweringError("the CUDA emitter handles mma of buffer views", location=op.location)
+        self._set_layout(op.results[0], op)
+        own = self._own(op.results[0])
+        k_major = op.attributes.get("transpose_a", False)
         name = self._new_frag(op.results[0])
-        K = a.type.shape[1]
+        K = a.type.shape[0] if k_major else a.type.shape[1]
         accum = op.attributes["accum"]
         fma = "fma" if accum == "f64" else "fmaf"
+        ctype = _c(accum, "the mma accumulator", op.location)
+        if own is not None and own.row_major_slots():
+            self._mma_blocked(op, own, A, B, C, name, K, k_major, ctype, fma)
+            return
 
         def body(s, m, n):
-            ea = _convert(A.at([m, "k"]), _format(a.type), accum, op.location)
+            ea = _convert(A.at(["k", m] if k_major else [m, "k"]), _format(a.type), accum, op.location)
             eb = _convert(B.at(["k", n]), _format(b.type), accum, op.location)
-            self.emit(f"{_c(accum, 'the mma accumulator', op.location)} acc = {C}[{s}];")
+            self.emit(f"{ctype} acc = {C}[{s}];")
             self.emit(f"for (int k = 0; k < {K}; ++k) acc = {fma}({ea}, {eb}, acc);  // NUM-RED-1: k ascending")
             self.emit(f"{name}[{s}] = acc;")
-        self._owned(op.results[0].type, body)
+        self._owned(op.results[0].type, body, own)
+
+    def _mma_blocked(self, op, own, A, B, C, name, K, k_major, ctype, fma) -> None:
+        """``mma`` on a register micro-tile: per ``k`` (ascending, unrolled), the lane loads
+        its rows of ``a`` and columns of ``b`` once into registers (vector loads where
+        contiguous and aligned) and updates every owned element with one fma."""
+        a, b = op.operands[:2]
+        accum = op.attributes["accum"]
+        TM, TN = len(own.rows), len(own.cols)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {own.values}; ++s) {name}[s] = {C}[s];")
+        row, col = self._lane_origin(own)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int k = 0; k < {K}; ++k) {{  // NUM-RED-1: k ascending, one fma per element and k")
+        self.indent += 1
+        self.emit(f"{ctype} ra[{TM}], rb[{TN}];")
+        a_index = (lambda r: ["k", f"{row} + {r}"]) if k_major else (lambda r: [f"{row} + {r}", "k"])
+        self._load_lines(A, _format(a.type), accum, "ra", own.rows, a_index, k_major, own.row_align)
+        self._load_lines(B, _format(b.type), accum, "rb", own.cols, lambda c: ["k", f"{col} + {c}"], True,
+                         own.col_align)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int i = 0; i < {TM}; ++i) {{")
+        self.emit("#pragma unroll")
+        self.emit(f"  for (int j = 0; j < {TN}; ++j) {name}[i * {TN} + j] = {fma}(ra[i], rb[j], {name}[i * {TN} + j]);")
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def _load_lines(self, view, src_fmt, dst_fmt, reg, lines, index, contiguous: bool, align: int) -> None:
+        """``reg[i] = view[index(lines[i])]`` converted to ``dst_fmt``; runs of consecutive
+        lines along the view's last axis as one vector load where ``contiguous`` and aligned
+        (``align``: the lane part of the index is a multiple of it)."""
+        ctype = _CTYPE.get(src_fmt)
+        i = 0
+        while i < len(lines):
+            n = next((n for n in (4, 2) if contiguous and src_fmt == dst_fmt and (ctype, n) in _VECTOR
+                      and i + n <= len(lines) and lines[i + n - 1] == lines[i] + n - 1
+                      and view.vector([1, math.gcd(align, lines[i])], n)), 1)
+            at = view.at(index(lines[i]))
+            if n > 1:
+                vec = _VECTOR[(ctype, n)]
+                self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
+                          + " ".join(f"{reg}[{i + j}] = t.{'xyzw'[j]};" for j in range(n)) + " }")
+            else:
+                self.emit(f"{reg}[{i}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+            i += n
 
     # -- control flow --------------------------------------------------------------------
     def _declare(self, results, like=()) -> list:
@@ -443,9 +657,11 @@ class _Emitter:
             if isinstance(view, _View):
                 name = self.name(r)
                 self.emit(f"{self.ctype(r.type)}* {name};  // a buffer that changes from iteration to iteration")
-                self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize)
+                self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize, view.align)
                 names.append(name)
             elif isinstance(r.type, TensorType) and r.type.rank > 0:
+                if init is not None and self._own(init) is not None:
+                    self.layouts[r] = self._own(init)
                 names.append(self._new_frag(r))
             else:
                 names.append(self.name(r))
@@ -461,7 +677,8 @@ class _Emitter:
                 src = f"&{view.ptr}[{view.offset}]"
                 decl = f"{self.ctype(t)}*"
             elif isinstance(t, TensorType) and t.rank > 0:
-                self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
+                self.emit("#pragma unroll")
+                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
                 continue
             else:
                 src, decl = self.arg(v), self.ctype(t)
@@ -483,9 +700,11 @@ class _Emitter:
         results = self._declare(op.results, init)
         for arg, res in zip(carried, op.results):
             self.names[arg] = self.names[res]
+            if res in self.layouts:
+                self.layouts[arg] = self.layouts[res]
         self._assign(results, init, [v.type for v in init])
         ivn = self.name(iv)
-        self.emit(f"for (long {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
+        self.emit(f"for ({self.idx} {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
         self.indent += 1
         self.block(body)
         self._assign(results, body.last_op.operands, [r.type for r in op.results])
