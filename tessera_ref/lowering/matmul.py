@@ -56,6 +56,7 @@ import math
 from ..errors import LoweringError
 from ..ir import tile as T
 from ..ir.fragment import blocked
+from ..numerics import get_format
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, each_element, the_op
@@ -186,6 +187,14 @@ def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int, layout) -> N
     each_element(kb, BM * BN, lanes, element)
 
 
+def _k_major(BM: int, BN: int, lanes, shared: bool, itemsize: int, transpose_a: bool) -> bool:
+    """Whether A is staged k-major (LOWER-MATMUL-5): with shared staging and a register-blocked
+    layout, when cp.async can put it there — it is stored ``[K, M]``, or its elements are 4 or
+    8 bytes (a transposing cp.async); 2- and 1-byte elements stored ``[M, K]`` stay row-major
+    (16-byte copies, one element read per row and k)."""
+    return bool(shared and lanes and blocked(BM, BN, lanes) is not None and (transpose_a or itemsize >= 4))
+
+
 def lower_matmul(kop, name: str) -> KernelPlan:
     """The tile kernel of a matmul schedule kernel (see the module docstring)."""
     op = the_op(kop)
@@ -223,7 +232,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes, layout) if Cs else \
         kb.fill((BM, BN), accum, 0.0, layout=layout)
     nk = K // BK
-    k_major = layout is not None  # A staged [BK, BM]: a lane's rows are contiguous
+    k_major = _k_major(BM, BN, lanes, s["shared"], get_format(storage).dtype.itemsize, flags[0])
 
     def k_offset(kt):
         return kt * BK if isinstance(kt, int) else kb.binary("mul", kt, BK)
@@ -296,15 +305,16 @@ def _fit(op, s: dict) -> dict:
 
 
 def matmul_cost(M, N, K, tile, *, batch=1, itemsize=4, shared=True, padding=0, stages=2, async_copy=True,
-                with_c=False, dtype="f32", accum_itemsize=4, preset="H100", lanes=None) -> KernelCost:
+                with_c=False, dtype="f32", accum_itemsize=4, preset="H100", lanes=None,
+                transpose_a=False) -> KernelCost:
     """The cost of ``batch`` products ``[M, K] @ [K, N]`` (one per output matrix, however the
     operands broadcast or are transposed) with tile ``(BM, BN, BK)`` (see the module
     docstring); storage narrower than the accumulator adds the ``BM·BN`` accum tile of the
-    epilogue. When ``lanes`` give the tile a register-blocked fragment, A is staged k-major
-    (``BK`` rows of ``BM + padding``)."""
+    epilogue. A staged k-major (:func:`_k_major`, given ``lanes`` and ``transpose_a``) is
+    ``BK`` rows of ``BM + padding``."""
     BM, BN, BK = tile
     stages = stages if shared and async_copy else 1
-    a_rows, a_cols = (BK, BM) if shared and lanes and blocked(BM, BN, lanes) is not None else (BM, BK)
+    a_rows, a_cols = (BK, BM) if _k_major(BM, BN, lanes, shared, itemsize, transpose_a) else (BM, BK)
     smem = stages * (a_rows * (a_cols + padding) + BK * (BN + padding)) * itemsize if shared else 0
     smem += BM * BN * accum_itemsize if accum_itemsize != itemsize else 0
     tiles = batch * (M // BM) * (N // BN)
@@ -322,7 +332,8 @@ def _cost(op, s: dict, preset) -> KernelCost:
     return matmul_cost(M, N, K, s["tile"], batch=math.prod(batch), itemsize=t.dtype.itemsize, shared=s["shared"],
                        padding=s["padding"], stages=s["stages"], async_copy=s["async_copy"],
                        with_c=len(op.operands) == 3, dtype=t.policy.storage.name,
-                       accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset, lanes=s["lanes"])
+                       accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset, lanes=s["lanes"],
+                       transpose_a=bool(op.attributes.get("transpose_a")))
 
 
 FAMILY = KernelFamily(
