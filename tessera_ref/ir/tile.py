@@ -207,8 +207,7 @@ def _verify_layout(op, frag: TensorType) -> None:
             raise op.emit_error(f"layout {layout.attr()} is for {layout.lanes} lanes, the kernel has {lanes}")
     for v in op.operands:
         producer = _fragment_producer(v)
-        if producer is not None and producer is not op and producer.attributes.get("layout") != \
-                op.attributes.get("layout"):
+        if producer is not None and producer is not op and layout_of(producer.attributes) != layout:
             raise op.emit_error(f"uses a fragment made with layout {producer.attributes.get('layout')} under "
                                 f"layout {op.attributes.get('layout')}: they must be the same")
 
