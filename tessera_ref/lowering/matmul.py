@@ -172,10 +172,11 @@ def _initial(kb, C, staged, m0, n0, shape, accum: str, lanes: int, layout):
 
 def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int, layout) -> None:
     """Store the accumulator into the output operand ``D``: as it is when storage is the
-    accum format; otherwise through the shared accum tile ``staged``, from which every lane
-    rounds its elements once into storage."""
+    accum format or the fragment has a layout (the store rounds each element once into
+    storage, TILE-NUM-2); otherwise through the shared accum tile ``staged``, from which
+    every lane rounds its elements once into storage."""
     BM, BN = acc.type.shape
-    if staged is None:
+    if staged is None or layout is not None:
         kb.frag_store(D.view(m0, n0, (BM, BN)), acc, layout=layout)
         return
     kb.frag_store(staged, acc, layout=layout)
@@ -227,8 +228,8 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     p = kb.tile_id(2) if batch else None
     A, B, *Cs, D = (_Operand(kb, buf, None if p is None else _batch_index(kb, p, batch, b), t)
                     for buf, b, t in zip(kb.params, batches, flags + [False] * (len(op.operands) - 1)))
-    staged = kb.alloc((BM, BN), accum) if storage != accum else None
     layout = blocked(BM, BN, lanes) if s["shared"] else None  # unstaged: the SIMT pattern of TILE-VIS-3
+    staged = kb.alloc((BM, BN), accum) if storage != accum and (layout is None or Cs) else None
     acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes, layout) if Cs else \
         kb.fill((BM, BN), accum, 0.0, layout=layout)
     nk = K // BK
@@ -310,13 +311,15 @@ def matmul_cost(M, N, K, tile, *, batch=1, itemsize=4, shared=True, padding=0, s
     """The cost of ``batch`` products ``[M, K] @ [K, N]`` (one per output matrix, however the
     operands broadcast or are transposed) with tile ``(BM, BN, BK)`` (see the module
     docstring); storage narrower than the accumulator adds the ``BM·BN`` accum tile of the
-    epilogue. A staged k-major (:func:`_k_major`, given ``lanes`` and ``transpose_a``) is
-    ``BK`` rows of ``BM + padding``."""
+    epilogue (only to bring a narrow ``C`` in when ``lanes`` give a register-blocked tile,
+    whose epilogue stores directly). A staged k-major (:func:`_k_major`, given ``lanes`` and
+    ``transpose_a``) is ``BK`` rows of ``BM + padding``."""
     BM, BN, BK = tile
     stages = stages if shared and async_copy else 1
     a_rows, a_cols = (BK, BM) if _k_major(BM, BN, lanes, shared, itemsize, transpose_a) else (BM, BK)
     smem = stages * (a_rows * (a_cols + padding) + BK * (BN + padding)) * itemsize if shared else 0
-    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize else 0
+    blocked_tile = bool(shared and lanes and blocked(BM, BN, lanes) is not None)
+    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize and (with_c or not blocked_tile) else 0
     tiles = batch * (M // BM) * (N // BN)
     # staged tiles are copied row by row (coalesced); unstaged, the mma reads A a column at a time
     a_bytes = itemsize if shared else min(32, K * itemsize)

@@ -1,4 +1,4 @@
-"""Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), NOT compiled in this build.
+"""Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), compiled by NVRTC.
 
 :func:`emit_cuda` prints every tile kernel of a module as one ``__global__`` function, op by
 op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
@@ -7,13 +7,19 @@ the ops without one, and why): a tile is a thread block, a lane a thread
 ``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
 byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
 ``swizzle = "xor"``; a view is a base pointer
-plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
-element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
+plus an element offset, strides and a proven alignment (:meth:`_Emitter.divisor`);
+``cp_async`` is an unrolled loop of ``tsr_cp_async<bytes>`` pieces (its ``bytes``, or the
+widest of 16, 8, 4 the views prove aligned; a plain per-thread copy when none fits),
+piece ``j`` by thread ``j mod lanes``; ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
-``__syncthreads()``. A fragment is a register array holding the elements ``j ≡ lane (mod
-lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` (``fma`` in
-f64) over k ascending — the NUM-RED-1 order, so a compiled kernel would compute the
-interpreter's bits. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
+``__syncthreads()``. A fragment is a register array of the slots the thread owns
+(TILE-FRAG-1: its ``layout``, :mod:`.owned`, else the elements ``j ≡ lane (mod lanes)``),
+indexed by constants in fully unrolled loops so it stays in registers; ``mma`` updates each
+owned element with ``fmaf`` (``fma`` in f64) over k ascending — the NUM-RED-1 order, so the
+compiled kernel computes the interpreter's bits — and on a separable layout loads, per
+``k``, the thread's rows of ``a`` and columns of ``b`` once into registers (``float4`` /
+``float2`` vector loads where aligned, as are the epilogue's stores), the register-blocked
+SGEMM. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
 broadcast along an axis (``[Br, 1]`` against ``[Br, Dv]``) is not owned by the lane that
 needs it, so it is read from the shared view it was ``frag_load``-ed from — which the
 emitter allows only when nothing between the load and the use writes memory or waits.
@@ -29,12 +35,13 @@ the NaN of the sign) and NaN kept with its sign as the format's canonical quiet 
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
-(``tessera_device.cuh``; DESIGN §9). Index values are ``long`` and are never negative in the
-lowered kernels, so C's ``/`` and ``%`` agree with Tile IR's ``floordiv`` and ``mod``.
+(``tessera_device.cuh``; DESIGN §9). Index values are ``int`` when every buffer is static
+with fewer than 2³¹ elements (and the launch has fewer than 2³¹ threads), else ``long``
+(:func:`_index_type`); they are never negative in the lowered kernels, so C's ``/`` and
+``%`` agree with Tile IR's ``floordiv`` and ``mod``.
 
-The text is what the CUDA phase will compile with NVRTC; this build never runs it, and the
-header says it is not yet compiled (the tests only type-check it, and compile it with nvcc
-where the CUDA toolkit is installed).
+The text is what :mod:`tessera_ref.backends.cuda.compile` compiles with NVRTC (the header
+names the options; docs/spec/cuda.md).
 """
 from __future__ import annotations
 
@@ -52,7 +59,9 @@ __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
-// NOT YET COMPILED: this build has no NVRTC step; the CUDA phase compiles this text.
+// Compiled by NVRTC (tessera_ref.backends.cuda.compile; docs/spec/cuda.md CUDA-COMPILE-1) with
+// --fmad=false (no contraction of a*b+c), -std=c++17, -arch=sm_80|sm_90, -I<tessera_device.cuh's
+// directory> -I<the pinned CUDA runtime headers>, --ptxas-options=-v.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -65,7 +74,7 @@ HEADER = """\
 // largest finite value plus half an ulp to 0x7F | sign for e4m3 (its NaN; e4m3 has no inf)
 // and 0x7C | sign (inf) for e5m2, but first replaces a NaN input by +NaN, giving 0x7F in
 // both, where NUM-CVT gives 0x7F / 0xFF and 0x7E / 0xFE. So tsr_cvt handles NaN inputs
-// itself, then calls these.
+// itself (tessera_device.cuh rounds every conversion with one integer encoder).
 """
 
 _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
@@ -118,7 +127,7 @@ _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
 
 def _index_type(func) -> str:
     """``int`` when every index fits in 32 bits — every buffer static with fewer than 2³¹
-    elements, and the launch (if known) under 2³¹ lanes — else ``long`` (TILE-TARGET-2)."""
+    elements, and the launch (if known) under 2³¹ lanes — else ``long`` (LOWER-TARGET-1)."""
     limit = 2 ** 31
     for arg in func.regions[0].entry.args:
         t = arg.type
@@ -156,6 +165,10 @@ class _View:
         if self.swizzle:
             flat = f"TSR_SWIZZLE({flat}, {self.itemsize})"
         return f"{self.ptr}[{flat}]"
+
+
+def _plus(origin: str, offset: int) -> str:
+    return str(offset) if origin == "0" else f"{origin} + {offset}"
 
 
 class _Emitter:
@@ -276,9 +289,10 @@ class _Emitter:
     def op_constant(self, op):
         v = op.attributes["value"]
         if isinstance(v, float):
-            text = ("-" if v < 0 else "") + "INFINITY" if math.isinf(v) else f"{v!r}"
-            if isinstance(op.results[0].type, ScalarType) and op.results[0].type.format.name == "f32" and \
-                    not math.isinf(v):
+            fmt = _format(op.results[0].type)
+            inf = "TSR_INF" if fmt == "f64" else "TSR_INFF"  # bit patterns: NVRTC has no math.h
+            text = ("-" if v < 0 else "") + inf if math.isinf(v) else f"{v!r}"
+            if fmt == "f32" and not math.isinf(v):
                 text += "f"
             text = "-0.0f" if v == 0 and math.copysign(1, v) < 0 else text
         else:
@@ -611,14 +625,18 @@ class _Emitter:
         self.emit("#pragma unroll")
         self.emit(f"for (int s = 0; s < {own.values}; ++s) {name}[s] = {C}[s];")
         row, col = self._lane_origin(own)
+        A, a_at = self._based(A, [0, row] if k_major else [row, 0], [0, own.row_align] if k_major else
+                              [own.row_align, 0], _format(a.type))
+        B, b_at = self._based(B, [0, col], [0, own.col_align], _format(b.type))
         self.emit("#pragma unroll")
         self.emit(f"for (int k = 0; k < {K}; ++k) {{  // NUM-RED-1: k ascending, one fma per element and k")
         self.indent += 1
         self.emit(f"{ctype} ra[{TM}], rb[{TN}];")
-        a_index = (lambda r: ["k", f"{row} + {r}"]) if k_major else (lambda r: [f"{row} + {r}", "k"])
-        self._load_lines(A, _format(a.type), accum, "ra", own.rows, a_index, k_major, own.row_align)
-        self._load_lines(B, _format(b.type), accum, "rb", own.cols, lambda c: ["k", f"{col} + {c}"], True,
-                         own.col_align)
+        a_index = (lambda r: ["k", _plus(a_at[1], r)]) if k_major else (lambda r: [_plus(a_at[0], r), "k"])
+        self._load_lines(A, _format(a.type), accum, "ra", own.rows, a_index, k_major, 0 if a_at[1] == "0" else
+                         own.row_align)
+        self._load_lines(B, _format(b.type), accum, "rb", own.cols, lambda c: ["k", _plus(b_at[1], c)], True,
+                         0 if b_at[1] == "0" else own.col_align)
         self.emit("#pragma unroll")
         self.emit(f"for (int i = 0; i < {TM}; ++i) {{")
         self.emit("#pragma unroll")
@@ -626,6 +644,19 @@ class _Emitter:
         self.emit("}")
         self.indent -= 1
         self.emit("}")
+
+    def _based(self, view, origin, divisors, fmt) -> tuple:
+        """``(view, origin)`` rebased: a pointer to ``view``'s element ``origin`` (this
+        lane's origin, declared once), so the unrolled loads index it with constants — or,
+        for a swizzled view, ``view`` and ``origin`` unchanged. ``divisors``: what the
+        origin's entries are multiples of."""
+        if view.swizzle or not all(st.isdigit() for st in view.strides):
+            return view, origin
+        self.count += 1
+        name = f"p{self.count}"
+        self.emit(f"const {_c(fmt, 'an mma operand', self.location)}* {name} = &{view.at(origin)};")
+        align = math.gcd(view.align, *(d * int(st) for d, st in zip(divisors, view.strides)))
+        return _View(name, "0", view.shape, view.strides, False, view.itemsize, align), ["0"] * len(origin)
 
     def _load_lines(self, view, src_fmt, dst_fmt, reg, lines, index, contiguous: bool, align: int) -> None:
         """``reg[i] = view[index(lines[i])]`` converted to ``dst_fmt``; runs of consecutive
