@@ -84,6 +84,8 @@ _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async
                                                  "for", "if")}
 #: vector types for one 8- or 16-byte access of consecutive elements
 _VECTOR = {("float", 4): "float4", ("float", 2): "float2", ("double", 2): "double2"}
+#: the raw-bits type of one 4-, 8- or 16-byte access of narrow elements
+_RAW = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -661,18 +663,28 @@ class _Emitter:
     def _load_lines(self, view, src_fmt, dst_fmt, reg, lines, index, contiguous: bool, align: int) -> None:
         """``reg[i] = view[index(lines[i])]`` converted to ``dst_fmt``; runs of consecutive
         lines along the view's last axis as one vector load where ``contiguous`` and aligned
-        (``align``: the lane part of the index is a multiple of it)."""
+        (``align``: the lane part of the index is a multiple of it): ``float4``/``float2``/
+        ``double2`` for f32/f64, the raw bits (``uint4``/``uint2``/``unsigned``) of 2- and
+        1-byte elements, each then widened exactly."""
         ctype = _CTYPE.get(src_fmt)
+        size = view.itemsize
         i = 0
         while i < len(lines):
-            n = next((n for n in (4, 2) if contiguous and src_fmt == dst_fmt and (ctype, n) in _VECTOR
-                      and i + n <= len(lines) and lines[i + n - 1] == lines[i] + n - 1
+            n = next((n for n in (16 // size, 8 // size, 4 // size) if n > 1 and contiguous and i + n <= len(lines)
+                      and ((ctype, n) in _VECTOR and src_fmt == dst_fmt or size < 4 and n * size in _RAW)
+                      and lines[i + n - 1] == lines[i] + n - 1
                       and view.vector([1, math.gcd(align, lines[i])], n)), 1)
             at = view.at(index(lines[i]))
-            if n > 1:
+            if n > 1 and size >= 4:
                 vec = _VECTOR[(ctype, n)]
                 self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
                           + " ".join(f"{reg}[{i + j}] = t.{'xyzw'[j]};" for j in range(n)) + " }")
+            elif n > 1:
+                raw = _RAW[n * size]
+                parts = " ".join(f"{reg}[{i + j}] = {_convert(f'h[{j}]', src_fmt, dst_fmt, self.location)};"
+                                 for j in range(n))
+                self.emit(f"{{ const {raw} t = *reinterpret_cast<const {raw}*>(&{at}); "
+                          f"const {ctype}* h = reinterpret_cast<const {ctype}*>(&t); {parts} }}")
             else:
                 self.emit(f"{reg}[{i}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
             i += n

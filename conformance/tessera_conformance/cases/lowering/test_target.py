@@ -100,6 +100,7 @@ NARROW(__nv_fp8_e5m2, unsigned char)
 template <class T, class S> T tsr_cvt(S);
 template <int N> void tsr_cp_async(void*, const void*);
 struct float2 { float x, y; }; struct float4 { float x, y, z, w; }; struct double2 { double x, y; };
+struct uint2 { unsigned x, y; }; struct uint4 { unsigned x, y, z, w; };
 float2 make_float2(float, float); float4 make_float4(float, float, float, float); double2 make_double2(double, double);
 inline void tsr_cp_async_commit() {}
 template <int N> void tsr_cp_async_wait() {}
