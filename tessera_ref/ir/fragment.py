@@ -57,10 +57,11 @@ class TVLayout(NamedTuple):
         return out
 
     def lane_offsets(self) -> np.ndarray:
-        """The offset of value 0's mode-free part per lane (``Σ cᵢ·lane_strideᵢ``)."""
+        """Per lane, the lane part of its offsets (``Σ cᵢ·lane_strideᵢ``)."""
         return self._part(self.lane_shape, self.lane_stride, self.lanes)
 
     def value_offsets(self) -> np.ndarray:
+        """Per value slot, the value part of its offsets (``Σ dⱼ·value_strideⱼ``)."""
         return self._part(self.value_shape, self.value_stride, self.values)
 
     def offsets(self) -> np.ndarray:

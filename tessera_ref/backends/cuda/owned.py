@@ -52,7 +52,6 @@ class Owned:
         self.layout, self.shape = layout, tuple(shape)
         self.values = layout.values
         self.lane_offset = mode_expr("threadIdx.x", layout.lane_shape, layout.lane_stride)
-        self.value_offsets = [int(o) for o in layout.value_offsets()]
         cols = self.shape[-1]
         offsets = layout.offsets()
         lane_rows, lane_cols = _split(layout.lane_shape, layout.lane_stride, layout.lanes, cols)

@@ -12,12 +12,15 @@ the tile's execution into phases, which the checkers (:mod:`.checkers`) use; the
 
 Tile-collective ops (``cp_async``, ``frag_load``, ``frag_store``, ``mma``) are issued by the
 whole tile (never under a lane-varying ``if``, TILE-MEM-3). For the counters (TILE-VIS-3):
-``cp_async`` copies pieces of 16, 8 or 4 bytes (the largest contiguous and aligned in both
-buffers, else single elements), piece ``j`` by lane ``j mod lanes``; ``frag_load`` /
-``frag_store`` move elements in row-major order, element ``j`` by lane ``j mod lanes``;
-``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and ``b`` a row at a
-time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose bank conflicts
-padding and swizzling remove. For the checkers, their accesses are every lane's.
+``cp_async`` copies pieces of its ``bytes`` (checked: contiguous and aligned), or of 16, 8
+or 4 bytes (the largest contiguous and aligned in both buffers, else single elements),
+piece ``j`` by lane ``j mod lanes`` (a ``transpose`` copy: one element per piece);
+``frag_load`` / ``frag_store`` move elements in row-major order, element ``j`` by lane
+``j mod lanes``; ``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and
+``b`` a row at a time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose
+bank conflicts padding and swizzling remove. Under a fragment ``layout`` (TILE-FRAG-1) these
+three count each lane's own accesses instead (:meth:`Run.owned`, TILE-COUNT-5). For the
+checkers, their accesses are every lane's.
 """
 from __future__ import annotations
 
