@@ -291,8 +291,9 @@ def lower_matmul(kop, name: str) -> KernelPlan:
 
 
 def _fit(op, s: dict) -> dict:
-    """SCHED-FIT-1, after the op's own ``tile_shape`` (which overrides the tile directive and
-    must divide ``M``, ``N``, ``K``: a LoweringError otherwise)."""
+    """SCHED-FIT-1, after the op's own ``tile_shape``, which overrides the tile directive: it
+    must divide ``M``, ``N``, ``K`` and its shared memory fit the H100's per-block limit (a
+    LoweringError otherwise)."""
     _, m, n, k = matmul_dims(op)
     given = op.attributes.get("tile_shape")
     if given is not None:
@@ -301,7 +302,14 @@ def _fit(op, s: dict) -> dict:
                                 f"N={n}, K={k}", location=op.location,
                                 fix="give a tile_shape whose sizes divide them, or none (the schedule's tile is "
                                     "then fitted to the shapes)")
-        return {"tile": [int(t) for t in given]}
+        tile = [int(t) for t in given]
+        cost = _cost(op, {**s, "tile": tile}, "H100")
+        ok, reason = cost.fits("H100")
+        if not ok:
+            raise LoweringError(f"matmul {m}x{k} @ {k}x{n}: its tile_shape {tile} {reason} (H100, the largest "
+                                f"per-block shared memory of the presets)", location=op.location,
+                                fix="give a smaller tile_shape (or fewer pipeline stages)")
+        return {"tile": tile}
     return {"tile": [fit_size(m, s["tile"][0]), fit_size(n, s["tile"][1]), fit_size(k, s["tile"][2])]}
 
 

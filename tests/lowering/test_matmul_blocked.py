@@ -92,3 +92,9 @@ def test_a_tile_shape_that_does_not_divide_the_shapes_is_refused():
     with pytest.raises(LoweringError, match=r"tile_shape \[128, 128, 64\] does not divide M=96") as info:
         lower(t.jit(lambda a, b: op.matmul(a, b, tile_shape=(128, 128, 64))).trace(a, b))
     assert "tile_shape" in info.value.fix
+
+
+def test_a_tile_shape_over_the_shared_memory_limit_is_refused():
+    a, b = _x((512, 256)), _x((256, 512))
+    with pytest.raises(LoweringError, match=r"tile_shape \[512, 512, 64\] needs 524,288 B of shared memory"):
+        lower(t.jit(lambda a, b: op.matmul(a, b, tile_shape=(512, 512, 64))).trace(a, b), dict(lanes=1024))
