@@ -15,7 +15,7 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
                       fp6_e2m3 fp6_e3m2 fp4_e2m1 e8m0 int8 int4
     policy        ::= "#policy<" field ("," field)* ">"
     field         ::= "accum=" format | "rounding=" word | "overflow=" word
-                    | "scaling=" word | "reduction=" word
+                    | "scaling=" word | "reduction=" word | "tc=" word
     function-type ::= "(" type-list? ")" "->" results
     results       ::= "(" type-list? ")" | type      (a lone type that is not a function type)
 
@@ -26,7 +26,8 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
 - A policy equal to the storage format's default (``Policy(fmt)``: accum f32 for storage
   narrower than f32, ``rne``, native overflow, no scaling, canonical reduction) is not
   written. Otherwise ``#policy<...>`` lists exactly the fields that differ from that
-  default, in the order accum, rounding, overflow, scaling, reduction:
+  default, in the order accum, rounding, overflow, scaling, reduction, tc (a tensor-core
+  model, NUM-TC-6: ``#policy<tc=sm80>``):
   ``tensor<128x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic>>``,
   ``scalar<bf16, #policy<rounding=rtz>>``. The parser accepts the fields in any order.
 - A scalar of a default policy is the bare format name (``f32``, ``fp8_e5m2``).
@@ -61,7 +62,7 @@ __all__ = ["Type", "TensorType", "ElementKind", "element_arg", "BOOL", "INDEX", 
            "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
 
 #: Policy fields written in ``#policy<...>``, in printing order.
-POLICY_FIELDS = ("accum", "rounding", "overflow", "scaling", "reduction")
+POLICY_FIELDS = ("accum", "rounding", "overflow", "scaling", "reduction", "tc")
 
 #: A symbolic dimension name.
 SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

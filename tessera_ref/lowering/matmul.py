@@ -59,7 +59,7 @@ from ..ir.fragment import blocked
 from ..numerics import get_format
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
-from .plan import KernelPlan, check_nonempty, check_policy, each_element, the_op
+from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
 
 __all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost"]
 
@@ -215,6 +215,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
         raise LoweringError(f"matmul with transpose_a={flags[0]}, transpose_b={flags[1]}: the tile lowering "
                             f"stages a transposed operand through shared memory, and this schedule has none",
                             location=op.location, fix="schedule.use_shared_memory(True) (the matmul default)")
+    mma_acc = mma_accum(op, BK)  # the policy's accum, or its tensor-core model (NUM-TC-5)
     P = math.prod(batch)
     stored = [(K, M) if flags[0] else (M, K), (N, K) if flags[1] else (K, N)] + [(M, N)] * (len(op.operands) - 1)
     batches = [tuple(v.type.shape[:-2]) for v in op.operands] + [batch]
@@ -241,7 +242,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     if not s["shared"]:
         acc, = kb.for_(0, nk, 1, init=[acc], body=lambda kt, acc: [kb.mma(A.view(m0, k_offset(kt), (BM, BK)),
                                                                             B.view(k_offset(kt), n0, (BK, BN)),
-                                                                            acc, accum=accum, layout=layout)])
+                                                                            acc, accum=mma_acc, layout=layout)])
     else:
         stages = s["stages"] if s["async_copy"] else 1
         a_tile = (BK, BM) if k_major else (BM, BK)
@@ -253,7 +254,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
             return kb.subview(sA, [stage, 0, 0], a_tile), kb.subview(sB, [stage, 0, 0], (BK, BN))
 
         def mma(kt, acc):
-            return kb.mma(*buffers(kt), acc, accum=accum, layout=layout, transpose_a=k_major)
+            return kb.mma(*buffers(kt), acc, accum=mma_acc, layout=layout, transpose_a=k_major)
 
         def issue(kt):
             dst_a, dst_b = buffers(kt)

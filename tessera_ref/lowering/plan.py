@@ -13,8 +13,10 @@ from ..errors import LoweringError
 from ..ir import Operation
 from ..ir import schedule as S
 from ..ir import tile as T
+from ..numerics import tc
 
-__all__ = ["KernelPlan", "the_op", "check_policy", "check_nonempty", "each_element", "SUPPORTED_STORAGE"]
+__all__ = ["KernelPlan", "the_op", "check_policy", "mma_accum", "check_nonempty", "each_element",
+           "SUPPORTED_STORAGE"]
 
 #: Storage formats the tile lowering handles (the tile interpreter's formats).
 SUPPORTED_STORAGE = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "f64")
@@ -60,6 +62,23 @@ def check_policy(op: Operation, *types) -> tuple:
                             f"scaling and native overflow; got {types[0]}", location=op.location,
                             fix="run this op in the Graph IR interpreter, or change its policy")
     return storage, accum
+
+
+def mma_accum(op: Operation, bk: int) -> str:
+    """The ``accum`` of ``op``'s mma ops: its policy's accum format, or its tensor-core model
+    (``"tc:sm80"``, NUM-TC-5) when the K tile ``bk`` holds whole blocks of that model — the
+    blocks then start at the same k in the kernel as in the Graph IR."""
+    policy = op.operands[0].type.policy
+    if policy.tc is None:
+        return policy.accum.name
+    model = tc.model(policy.tc)
+    n = model.block(policy.storage).products
+    if bk % n:
+        short = op.name.rsplit(".", 1)[-1]
+        raise LoweringError(f"{short}: the K tile {bk} splits the {n}-product blocks of {model.name} "
+                            f"({policy.storage.name} inputs)", location=op.location,
+                            fix=f"pick a K tile that is a multiple of {n}: schedule.tile((BM, BN, {max(n, bk - bk % n)}))")
+    return model.name
 
 
 def check_nonempty(op: Operation) -> None:

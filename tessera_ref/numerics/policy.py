@@ -13,9 +13,12 @@ A :class:`Policy` says how values of a tensor are stored and computed:
 - ``reduction``: ``"canonical"`` (the fixed orders ``NUM-RED-*``), ``"exact"`` (sums
   computed exactly and rounded once, independent of mesh and tiling) or ``"reassociate"``
   (the canonical orders, plus permission for rewrites that change rounding, such as fusing
-  attention into flash attention).
+  attention into flash attention);
+- ``tc``: a tensor-core model (``"sm80"``, spelled ``accum="tc:sm80"``): matmuls add their
+  products in that model's block FMAs (NUM-TC-1…6), accumulating in f32.
 
-The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``.
+The programming guide's spelling ``fp6 @accum(fp32)`` builds ``Policy(fp6_e2m3, accum=f32)``;
+``bf16 @accum("tc:sm80")`` builds ``Policy(bf16, accum=f32, tc="sm80")``.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from ..errors import FormatError, PolicyError
 from .convert import OVERFLOW_MODES, ROUNDING_MODES
 from .formats import Format, get_format
+from . import tc as _tc
 
 __all__ = ["Policy", "Accum", "accum", "as_policy", "SCALING_SCHEMES", "REDUCTION_MODES"]
 
@@ -49,11 +53,18 @@ class Policy:
     overflow: str | None = None
     scaling: str = "none"
     reduction: str = "canonical"
+    tc: str | None = None
 
     def __post_init__(self):
         storage = _format_arg(self.storage, "the storage format")
         object.__setattr__(self, "storage", storage)
         acc = self.accum
+        if isinstance(acc, str) and acc.startswith(_tc.PREFIX):
+            if self.tc is not None and _tc.PREFIX + self.tc != acc:
+                raise PolicyError(f"a policy names two tensor-core models: accum={acc!r} and tc={self.tc!r}",
+                                  fix="name one, e.g. accum='tc:sm80'")
+            object.__setattr__(self, "tc", acc[len(_tc.PREFIX):])
+            acc = "f32"
         if acc is None:
             acc = storage if storage.bits >= 32 and storage.is_float else get_format("f32")
         acc = _format_arg(acc, "the accumulation format")
@@ -87,6 +98,26 @@ class Policy:
             raise PolicyError(f"unknown reduction mode {self.reduction!r}",
                               fix="use 'canonical' (fixed order), 'exact' (exact sum, rounded once) or "
                                   "'reassociate' (canonical order; rounding-changing rewrites allowed)")
+        if self.tc is not None:
+            self._check_tc(storage, acc)
+
+    def _check_tc(self, storage: Format, acc: Format) -> None:
+        """NUM-TC-6: a tensor-core policy accumulates in f32, in the canonical or reassociate
+        mode, unscaled, with storage the model's instruction takes."""
+        name = _tc.PREFIX + str(self.tc)
+        model = _tc.model(name)
+        object.__setattr__(self, "tc", model.name[len(_tc.PREFIX):])
+        model.block(storage)  # a PolicyError for inputs the instruction does not take
+        if acc.name != "f32":
+            raise PolicyError(f"accum={name!r} accumulates in f32, not {acc.name}",
+                              fix=f"write accum={name!r} alone")
+        if self.reduction == "exact":
+            raise PolicyError(f"reduction='exact' and accum={name!r} conflict: the tensor cores truncate "
+                              "their block sums, an exact sum does not",
+                              fix=f"choose one: accum={name!r} (tensor-core bits) or reduction='exact'")
+        if self.scaling != "none":
+            raise PolicyError(f"accum={name!r} with scaling={self.scaling!r} is not modeled",
+                              fix="scale the operands explicitly (op.mul) and keep scaling='none'")
 
     def with_(self, **changes) -> "Policy":
         """A copy with some fields changed (validated again)."""
@@ -98,7 +129,8 @@ class Policy:
         return NotImplemented
 
     def __str__(self) -> str:
-        text = f"{self.storage.name} @accum({self.accum.name})"
+        accum = self.accum.name if self.tc is None else _tc.PREFIX + self.tc
+        text = f"{self.storage.name} @accum({accum})"
         defaults = {"rounding": "rne", "overflow": "native", "scaling": "none", "reduction": "canonical"}
         extras = [f"{k}={getattr(self, k)}" for k, v in defaults.items() if getattr(self, k) != v]
         return text + (f" [{', '.join(extras)}]" if extras else "")
@@ -122,11 +154,14 @@ class Accum:
 
 def accum(fmt, **options) -> Accum:
     """``accum(f32)``: used as ``fp6 @accum(fp32)``; keyword options set other policy fields,
-    e.g. ``fp8 @accum(f32, rounding="stochastic", overflow="saturate")``."""
+    e.g. ``fp8 @accum(f32, rounding="stochastic", overflow="saturate")``;
+    ``accum("tc:sm80")`` names a tensor-core model (NUM-TC-6)."""
     unknown = set(options) - {"rounding", "overflow", "scaling", "reduction"}
     if unknown:
         raise PolicyError(f"accum() got unknown policy options {sorted(unknown)}",
                           fix="use rounding=, overflow=, scaling= or reduction=")
+    if isinstance(fmt, str) and fmt.startswith(_tc.PREFIX):
+        return Accum(get_format("f32"), {**options, "tc": _tc.model(fmt).name[len(_tc.PREFIX):]})
     return Accum(_format_arg(fmt, "the accumulation format"), dict(options))
 
 

@@ -5,7 +5,8 @@ GRAPH-CHOLESKY-1, GRAPH-SVD-1).
   with an optional third operand ``C`` it accumulates into (``gemm``). Every output element is
   the canonical dot product of NUM-RED-1 — sequential fused multiply-adds over ascending k in
   the policy's ``accum`` format, from +0 or from ``C`` — rounded once into storage; under
-  ``reduction="exact"`` the exact sum rounded once (NUM-RED-4). ``transpose_a``/``transpose_b``
+  ``reduction="exact"`` the exact sum rounded once (NUM-RED-4); under a tensor-core policy
+  (``accum="tc:sm80"``) the model's block FMAs (NUM-TC-2…4). ``transpose_a``/``transpose_b``
   use an operand transposed in its last two axes (same products, same order); ``tile_shape``
   is recorded for the lowering and changes no bit.
 - ``cholesky`` and ``svd`` are each defined by ONE algorithm in the ``accum`` format, with
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..errors import OpError, ShapeError
 from ..ir import ShardLayout, TensorType
-from ..numerics import accum_op
+from ..numerics import accum_op, tc
 from ..numerics.arith import to_accum
 from ..numerics.exactsum import exact_dot
 from ..numerics.reduce import dot_canonical
@@ -109,6 +110,9 @@ def _matmul_impl(call, a, b, c=None):
         key = call.attrs.get("seed") if policy.rounding == "stochastic" else None
         return exact_dot(a, b, c=c, out_fmt=policy.storage, rounding=policy.rounding,
                          overflow=policy.overflow, key=key)
+    if policy.tc is not None:  # NUM-TC-6: C (storage values) enters exactly as f32
+        c32 = 0.0 if c is None else to_accum(c, policy.accum)
+        return to_storage(call, tc.mma(a, b, c32, tc.model(policy.tc), fmt=policy.storage))
     return to_storage(call, dot_canonical(a, b, accum=policy.accum, c=c))
 
 
@@ -202,7 +206,8 @@ def matmul(a, b, *, transpose_a=False, transpose_b=False, tile_shape=None, seed=
     matrices). Both operands have one policy. Each output element is
     ``acc = fma(a[m, k], b[k, n], acc)`` for k ascending from +0 in the policy's ``accum``
     format (NUM-RED-1), rounded once into storage; ``reduction="exact"`` gives the exact sum
-    rounded once (NUM-RED-4). ``transpose_a``/``transpose_b`` use an operand transposed in its
+    rounded once (NUM-RED-4); ``accum="tc:sm80"`` (and the other ``tc:`` models) the tensor-core
+    block FMAs of NUM-TC-2…4. ``transpose_a``/``transpose_b`` use an operand transposed in its
     last two axes — bit-identical to ``matmul(op.transpose(...), ...)``. ``tile_shape=(BM, BN,
     BK)`` is recorded for the lowering and does not change any bit. ``seed`` keys stochastic
     rounding into storage.

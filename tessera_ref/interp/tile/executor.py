@@ -31,7 +31,7 @@ from ...ir import Module, Operation
 from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
 from ...ir.types import IndexType, ScalarType, TensorType
-from ...numerics import get_format
+from ...numerics import get_format, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
@@ -748,7 +748,10 @@ _F32 = np.dtype(np.float32)
 def _mma_values(a, b, acc, accum: str) -> np.ndarray:
     """``dot_canonical(a, b, accum=accum, c=acc)`` (NUM-RED-1). For f32 operands, accumulator
     and accumulation — where ``dot_canonical`` always runs the emulated-fma kernel — that
-    kernel is called directly, skipping the per-call dispatch (the bits are the same)."""
+    kernel is called directly, skipping the per-call dispatch (the bits are the same). A
+    tensor-core ``accum`` (``"tc:sm80"``) computes the model's block FMAs (NUM-TC-5)."""
+    if accum.startswith(tc.PREFIX):
+        return tc.mma(a, b, acc, accum)
     if accum == "f32" and a.dtype == b.dtype == acc.dtype == _F32:
         import numba  # loaded with the first mma, as the numerics package does
 
