@@ -16,6 +16,12 @@ form a ``LR × LC`` grid (lane ``l`` at row ``l // LC``, column ``l % LC``), eac
 ``TM × TN`` micro-tile made of ``r × c`` blocks (``r``, ``c`` ≤ 4) strided by ``LR·r`` rows
 and ``LC·c`` columns, its values numbered row-major in the micro-tile — so a warp reads
 consecutive 16-byte pieces of a shared row (conflict-free ``LDS.128``).
+
+:func:`mma_sync` builds the layout of the accumulator of ``mma.sync.m16n8k16`` tiled over a
+block tile: the warps form a ``WM × WN`` grid, each warp holds ``RM × RN`` tiles of 16 × 8,
+and in each tile lane ``4g + t`` (``g = lane >> 2``, ``t = lane & 3``) holds ``c0, c1 = (g,
+2t + {0, 1})`` and ``c2, c3 = (g + 8, 2t + {0, 1})`` (hardware.md's PTX table); slot ``j + 2h
++ 4·rn + 4·RN·rm`` is register ``c(2h + j)`` of tile ``(rm, rn)``.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["TVLayout", "blocked", "layout_of", "ownership"]
+__all__ = ["TVLayout", "blocked", "mma_sync", "layout_of", "ownership"]
 
 
 class TVLayout(NamedTuple):
@@ -134,3 +140,27 @@ def blocked(rows: int, cols: int, lanes: int) -> TVLayout | None:
     modes = [(c, 1), (TN // c, LC * c), (r, cols), (TM // r, LR * r * cols)]
     modes = [m for m in modes if m[0] > 1] or [(1, 0)]
     return TVLayout((LC, LR), (c, r * cols), tuple(m[0] for m in modes), tuple(m[1] for m in modes))
+
+
+def mma_sync(rows: int, cols: int, lanes: int) -> TVLayout | None:
+    """The ``mma.sync.m16n8k16`` accumulator layout of a ``rows × cols`` fragment over
+    ``lanes`` lanes (see the module docstring), or None when the tile is not made of whole
+    16 × 8 tiles that the warps share evenly: the warp grid with the squarest per-warp
+    region (more columns first)."""
+    if rows % 16 or cols % 8 or lanes % 32:
+        return None
+    warps, tiles_m, tiles_n = lanes // 32, rows // 16, cols // 8
+    best = None
+    for WN in range(1, warps + 1):
+        WM = warps // WN
+        if warps % WN or tiles_m % WM or tiles_n % WN:
+            continue
+        RM, RN = tiles_m // WM, tiles_n // WN
+        key = (abs(16 * RM - 8 * RN), -RN)
+        if best is None or key < best[0]:
+            best = (key, WM, WN, RM, RN)
+    if best is None:
+        return None
+    _, WM, WN, RM, RN = best
+    return TVLayout((4, 8, WN, WM), (2, cols, 8 * RN, 16 * RM * cols),
+                    (2, 2, RN, RM), (1, 8 * cols, 8, 16 * cols))

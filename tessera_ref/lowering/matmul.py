@@ -41,6 +41,12 @@ the global reads are coalesced) by lane ``e mod lanes``, written to its transpos
 the shared ``[BM, BK]`` (``[BK, BN]``) buffer. It needs ``shared``. The mma, and so every
 rounding, is the same as for untransposed operands.
 
+Fragments (LOWER-MATMUL-5, -6; :func:`_fragments`): with ``shared``, the accumulator is
+register-blocked (each lane an ``r × c`` micro-tile; A staged k-major where cp.async can put
+it there) or, under a tensor-core policy, in the ``mma.sync`` accumulator layout; the
+epilogue then stores it straight into ``D``. Copies into shared memory are cp.async in the
+widest 16/8/4-byte pieces that fit (transposing ones element by element), else lane copies.
+
 Cost (LOWER-COST-1, :func:`matmul_cost`): shared memory ``stages · (BM·(BK+pad) +
 BK·(BN+pad)) · itemsize`` (plus the ``BM·BN`` accum tile of the epilogue when storage is
 narrower than accum); HBM, per output matrix, each A row panel once per column tile and
@@ -55,8 +61,8 @@ import math
 
 from ..errors import LoweringError
 from ..ir import tile as T
-from ..ir.fragment import blocked
-from ..numerics import get_format
+from ..ir.fragment import blocked, mma_sync
+from ..numerics import get_format, tc
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
@@ -188,12 +194,22 @@ def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int, layout) -> N
     each_element(kb, BM * BN, lanes, element)
 
 
-def _k_major(BM: int, BN: int, lanes, shared: bool, itemsize: int, transpose_a: bool) -> bool:
-    """Whether A is staged k-major (LOWER-MATMUL-5): with shared staging and a register-blocked
-    layout, when cp.async can put it there — it is stored ``[K, M]``, or its elements are 4 or
-    8 bytes (a transposing cp.async); 2- and 1-byte elements stored ``[M, K]`` stay row-major
-    (16-byte copies, one element read per row and k)."""
-    return bool(shared and lanes and blocked(BM, BN, lanes) is not None and (transpose_a or itemsize >= 4))
+def _fragments(BM: int, BN: int, lanes, shared: bool, itemsize: int, transpose_a: bool,
+               tensor_core: bool = False) -> tuple:
+    """``(layout, k_major)``: the accumulator's fragment layout and whether A is staged
+    k-major (LOWER-MATMUL-5, -6). Without shared staging, cyclic fragments. Under a
+    tensor-core policy, the ``mma.sync`` accumulator layout where the tile is whole 16 × 8
+    tiles the warps share (A row-major: the instruction's A pairs run along k). Otherwise the
+    register-blocked layout, A k-major where cp.async can put it there — it is stored
+    ``[K, M]``, or its elements are 4 or 8 bytes (a transposing cp.async); 2- and 1-byte
+    elements stored ``[M, K]`` stay row-major (16-byte copies, one element read per row and k)."""
+    if not shared or not lanes:
+        return None, False
+    tc_layout = mma_sync(BM, BN, lanes) if tensor_core else None
+    if tc_layout is not None:
+        return tc_layout, False
+    layout = blocked(BM, BN, lanes)
+    return layout, layout is not None and (transpose_a or itemsize >= 4)
 
 
 def lower_matmul(kop, name: str) -> KernelPlan:
@@ -229,12 +245,12 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     p = kb.tile_id(2) if batch else None
     A, B, *Cs, D = (_Operand(kb, buf, None if p is None else _batch_index(kb, p, batch, b), t)
                     for buf, b, t in zip(kb.params, batches, flags + [False] * (len(op.operands) - 1)))
-    layout = blocked(BM, BN, lanes) if s["shared"] else None  # unstaged: the SIMT pattern of TILE-VIS-3
+    layout, k_major = _fragments(BM, BN, lanes, s["shared"], get_format(storage).dtype.itemsize, flags[0],
+                                 mma_acc.startswith(tc.PREFIX))  # unstaged: the SIMT pattern of TILE-VIS-3
     staged = kb.alloc((BM, BN), accum) if storage != accum and (layout is None or Cs) else None
     acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes, layout) if Cs else \
         kb.fill((BM, BN), accum, 0.0, layout=layout)
     nk = K // BK
-    k_major = _k_major(BM, BN, lanes, s["shared"], get_format(storage).dtype.itemsize, flags[0])
 
     def k_offset(kt):
         return kt * BK if isinstance(kt, int) else kb.binary("mul", kt, BK)
@@ -316,19 +332,19 @@ def _fit(op, s: dict) -> dict:
 
 def matmul_cost(M, N, K, tile, *, batch=1, itemsize=4, shared=True, padding=0, stages=2, async_copy=True,
                 with_c=False, dtype="f32", accum_itemsize=4, preset="H100", lanes=None,
-                transpose_a=False) -> KernelCost:
+                transpose_a=False, tensor_core=False) -> KernelCost:
     """The cost of ``batch`` products ``[M, K] @ [K, N]`` (one per output matrix, however the
     operands broadcast or are transposed) with tile ``(BM, BN, BK)`` (see the module
     docstring); storage narrower than the accumulator adds the ``BM·BN`` accum tile of the
     epilogue (only to bring a narrow ``C`` in when ``lanes`` give a register-blocked tile,
-    whose epilogue stores directly). A staged k-major (:func:`_k_major`, given ``lanes`` and
-    ``transpose_a``) is ``BK`` rows of ``BM + padding``."""
+    whose epilogue stores directly). A staged k-major (:func:`_fragments`, given ``lanes``,
+    ``transpose_a`` and ``tensor_core``) is ``BK`` rows of ``BM + padding``."""
     BM, BN, BK = tile
     stages = stages if shared and async_copy else 1
-    a_rows, a_cols = (BK, BM) if _k_major(BM, BN, lanes, shared, itemsize, transpose_a) else (BM, BK)
+    layout, k_major = _fragments(BM, BN, lanes, shared, itemsize, transpose_a, tensor_core)
+    a_rows, a_cols = (BK, BM) if k_major else (BM, BK)
     smem = stages * (a_rows * (a_cols + padding) + BK * (BN + padding)) * itemsize if shared else 0
-    blocked_tile = bool(shared and lanes and blocked(BM, BN, lanes) is not None)
-    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize and (with_c or not blocked_tile) else 0
+    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize and (with_c or layout is None) else 0
     tiles = batch * (M // BM) * (N // BN)
     # staged tiles are copied row by row (coalesced); unstaged, the mma reads A a column at a time
     a_bytes = itemsize if shared else min(32, K * itemsize)
@@ -345,7 +361,7 @@ def _cost(op, s: dict, preset) -> KernelCost:
                        padding=s["padding"], stages=s["stages"], async_copy=s["async_copy"],
                        with_c=len(op.operands) == 3, dtype=t.policy.storage.name,
                        accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset, lanes=s["lanes"],
-                       transpose_a=bool(op.attributes.get("transpose_a")))
+                       transpose_a=bool(op.attributes.get("transpose_a")), tensor_core=t.policy.tc is not None)
 
 
 FAMILY = KernelFamily(

@@ -62,3 +62,16 @@ def test_the_sgemm_variants_stay_in_registers(name, fn, args, arch):
     # the same fma chain on f32 registers (fp8 on sm_80 converts in software, whose loop may be
     # the "main loop" of the report: count the whole kernel)
     assert k.sass["FFMA"] >= 8 * 8 * 8, (name, k.sass)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("fmt, dtype", [("bf16", BF16), ("f16", np.float16)])
+def test_a_tensor_core_matmul_is_mma_sync_hmma(fmt, dtype, arch):
+    pol = t.Policy(fmt, accum="tc:sm80")
+    a, b = (t.asarray(_ones(s, dtype), policy=pol) for s in ((256, 64), (64, 256)))
+    k = _kernel(lambda p, q: op.matmul(p, q), (a, b), arch, dict(tile=(128, 128, 32), lanes=256))
+    assert k.spill_stores == k.spill_loads == k.stack_bytes == 0 and _local_memory(k) == 0, k
+    # per K tile of 32: 2 instruction steps x 2 x 8 tiles of 16 x 8 per warp
+    hmma = sum(n for o, n in k.main_loop.items() if o.startswith("HMMA.16816.F32"))  # .BF16 for bf16
+    assert hmma == 32, k.main_loop
+    assert not any(o.startswith("FFMA") for o in k.main_loop), k.main_loop

@@ -7,6 +7,7 @@ from lowering_helpers import assert_same_bits, lowered
 import tessera_ref as t
 from tessera_ref import op
 from tessera_ref.errors import LoweringError
+from tessera_ref.ir.fragment import mma_sync
 from tessera_ref.lowering import lower
 
 RNG = np.random.default_rng(5)
@@ -98,3 +99,17 @@ def test_a_tile_shape_over_the_shared_memory_limit_is_refused():
     a, b = _x((512, 256)), _x((256, 512))
     with pytest.raises(LoweringError, match=r"tile_shape \[512, 512, 64\] needs 524,288 B of shared memory"):
         lower(t.jit(lambda a, b: op.matmul(a, b, tile_shape=(512, 512, 64))).trace(a, b), dict(lanes=1024))
+
+
+@pytest.mark.parametrize("fmt, model", [("bf16", "tc:sm80"), ("f16", "tc:sm90")])
+def test_a_tensor_core_policy_gets_the_mma_sync_accumulator_layout_and_the_graph_bits(fmt, model):
+    dtype = BF16 if fmt == "bf16" else np.float16
+    pol = t.Policy(fmt, accum=model)
+    a, b = (t.asarray(_x(s, dtype), policy=pol) for s in ((128, 64), (64, 128)))
+    got, want, reports, program = lowered(lambda p, q: op.matmul(p, q), a, b,
+                                          directives=dict(tile=(128, 128, 32), lanes=256))
+    assert_same_bits(got, want)
+    assert reports[0].findings == []
+    mma = _mma(program)
+    assert mma.attributes["accum"] == model and "transpose_a" not in mma.attributes
+    assert mma.attributes["layout"] == mma_sync(128, 128, 256).attr()

@@ -7,7 +7,7 @@ from tessera_ref.errors import KernelError, TesseraError
 from tessera_ref.interp.tile import run
 from tessera_ref.ir import parse_module, print_op
 from tessera_ref.ir import tile as T
-from tessera_ref.ir.fragment import TVLayout, blocked, ownership
+from tessera_ref.ir.fragment import TVLayout, blocked, mma_sync, ownership
 
 
 def test_the_blocked_128x128_layout_of_256_lanes_owns_8x8_micro_tiles_in_4x4_blocks():
@@ -225,3 +225,14 @@ def test_a_transposing_copy_writes_the_transpose():
     y = np.zeros((8, 4), np.float32)
     run(_cp(4, transpose=True).finish(), [x, y], lanes=32)
     assert np.array_equal(y, x[:, :8].T)
+
+
+def test_the_mma_sync_layout_puts_c0_to_c3_where_the_ptx_table_does():
+    layout = mma_sync(128, 128, 256)  # 8 warps as 4 x 2, each 2 x 8 tiles of 16 x 8
+    assert layout.problem((128, 128)) is None
+    owned = layout.offsets()
+    # lane 5 (g = 1, t = 1) of warp 0, tile (0, 0): c0, c1 = (1, 2), (1, 3); c2, c3 = (9, 2), (9, 3)
+    assert [divmod(int(o), 128) for o in owned[5, :4]] == [(1, 2), (1, 3), (9, 2), (9, 3)]
+    # slot 4 is the next tile to the right (8 columns on); warp 1 starts 64 columns on
+    assert divmod(int(owned[5, 4]), 128) == (1, 10) and divmod(int(owned[32 + 5, 0]), 128) == (1, 66)
+    assert mma_sync(16, 16, 128) is None and mma_sync(20, 16, 32) is None

@@ -51,8 +51,9 @@ from ...errors import LoweringError
 from ...ir import Module
 from ...ir import tile as T
 from ...ir.builtin import RETURN
-from ...ir.fragment import layout_of
+from ...ir.fragment import layout_of, mma_sync
 from ...ir.types import IndexType, ScalarType, TensorType
+from ...numerics.tc import PREFIX as TC_PREFIX
 from .owned import Owned
 
 __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
@@ -603,6 +604,9 @@ class _Emitter:
         name = self._new_frag(op.results[0])
         K = a.type.shape[0] if k_major else a.type.shape[1]
         accum = op.attributes["accum"]
+        if accum.startswith(TC_PREFIX):
+            self._mma_sync(op, own, A, B, C, name, K, k_major)
+            return
         fma = "fma" if accum == "f64" else "fmaf"
         ctype = _c(accum, "the mma accumulator", op.location)
         if own is not None and own.row_major_slots():
@@ -644,6 +648,60 @@ class _Emitter:
         self.emit("#pragma unroll")
         self.emit(f"  for (int j = 0; j < {TN}; ++j) {name}[i * {TN} + j] = {fma}(ra[i], rb[j], {name}[i * {TN} + j]);")
         self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def _mma_sync(self, op, own, A, B, C, name, K, k_major) -> None:
+        """A tensor-core ``mma`` (``accum = "tc:…"``, NUM-TC-5) as ``mma.sync.m16n8k16`` with
+        f32 accumulation: the fragment must have :func:`~tessera_ref.ir.fragment.mma_sync`'s
+        layout; per 16 k ascending, each warp loads its A pairs (32-bit loads of two
+        consecutive k) and B pairs (two 16-bit loads packed) in the PTX fragment layout
+        (hardware.md) and issues one instruction per 16 × 8 tile, the accumulator carried
+        from one instruction to the next — the model's blocks, k ascending."""
+        a, b = op.operands[:2]
+        fmt = _format(a.type)
+        M, N = op.results[0].type.shape
+        lanes = own.layout.lanes if own is not None else None
+        if own is None or own.layout != mma_sync(M, N, lanes) or k_major or fmt not in ("bf16", "f16") \
+                or _format(b.type) != fmt or K % 16 or not A.vector([1, 2], 2):
+            raise LoweringError(f"the CUDA emitter renders a tensor-core mma ({op.attributes['accum']}) as "
+                                f"mma.sync.m16n8k16: it needs bf16 or f16 operands, a [M, K] a with K a multiple "
+                                f"of 16 and rows of an even length, and the fragment layout of "
+                                f"ir.fragment.mma_sync({M}, {N}, lanes); got {a.type}, {b.type}",
+                                location=op.location, fix="lower the matmul with a tensor-core policy and a tile "
+                                "of whole 16 x 8 tiles for its warps (e.g. tile (128, 128, 32), 256 lanes)")
+        _, _, WN, _ = own.layout.lane_shape
+        RN, RM = own.layout.value_shape[2], own.layout.value_shape[3]
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {own.values}; ++s) {name}[s] = {C}[s];")
+        self.count += 1
+        g, t, r0, c0 = (f"{x}{self.count}" for x in ("g", "t", "mr", "nc"))
+        self.emit(f"const int {g} = (threadIdx.x / 4) % 8, {t} = threadIdx.x % 4;  // mma.sync: g = lane >> 2, t = lane & 3")
+        self.emit(f"const int {r0} = (threadIdx.x / {32 * WN}) * {16 * RM} + {g}, "
+                  f"{c0} = ((threadIdx.x / 32) % {WN}) * {8 * RN} + {g};  // this warp's A row and B column")
+        shape = "m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        half = "unsigned short"
+        self.emit("#pragma unroll")
+        self.emit(f"for (int kk = 0; kk < {K}; kk += 16) {{  // NUM-TC-5: instructions over k ascending")
+        self.indent += 1
+        self.emit(f"unsigned fa[{RM}][4], fb[{RN}][2];")
+        for rm in range(RM):
+            for i, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+                at = A.at([f"{r0} + {16 * rm + dr}", f"kk + 2 * {t} + {dk}"])
+                self.emit(f"fa[{rm}][{i}] = *reinterpret_cast<const unsigned*>(&{at});")
+        for rn in range(RN):
+            for i, dk in enumerate((0, 8)):
+                lo = B.at([f"kk + 2 * {t} + {dk}", f"{c0} + {8 * rn}"])
+                hi = B.at([f"kk + 2 * {t} + {dk + 1}", f"{c0} + {8 * rn}"])
+                self.emit(f"fb[{rn}][{i}] = (unsigned)*reinterpret_cast<const {half}*>(&{lo}) | "
+                          f"((unsigned)*reinterpret_cast<const {half}*>(&{hi}) << 16);")
+        for rm in range(RM):
+            for rn in range(RN):
+                v = 4 * (rn + RN * rm)
+                outs = ", ".join(f'"+f"({name}[{v + i}])' for i in range(4))
+                ins = ", ".join([f'"r"(fa[{rm}][{i}])' for i in range(4)] + [f'"r"(fb[{rn}][{i}])' for i in range(2)])
+                self.emit(f'asm volatile("mma.sync.aligned.{shape} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
+                          f'{{%8, %9}}, {{%0, %1, %2, %3}};\\n" : {outs} : {ins});')
         self.indent -= 1
         self.emit("}")
 

@@ -68,3 +68,14 @@ def test_the_fast_sgemm_text_uses_vector_accesses_and_16_byte_cp_async():
     assert text.count("make_float4(") == 16  # the 8 x 8 micro-tile stored as 16 float4
     assert "tsr_cp_async<16>(" in text and "tsr_cp_async<4>(" in text  # B rows; A transposed element-wise
     assert "for (int k = 0; k < 8; ++k)" in text and "fmaf(ra[i], rb[j]" in text
+
+
+def test_a_tensor_core_mma_without_the_mma_sync_layout_is_a_lowering_error():
+    import pytest
+    from tessera_ref.errors import LoweringError
+    pol = t.Policy("bf16", accum="tc:sm80")
+    import ml_dtypes
+    a = t.asarray(np.ones((32, 32), ml_dtypes.bfloat16), policy=pol)
+    program = lower(t.jit(lambda p, q: op.matmul(p, q)).trace(a, a), dict(tile=(16, 16, 16)))  # 2 tiles, 4 warps
+    with pytest.raises(LoweringError, match="mma.sync.m16n8k16"):
+        emit_cuda(program.tile)
