@@ -34,12 +34,12 @@ Batched matmuls (LOWER-MATMUL-4) run their output matrices on a third grid axis:
 ``(M/BM, N/BN, P)`` for ``P`` = the product of the result's batch axes; every operand is
 viewed as ``[P_x, rows, cols]`` (its own batch axes flattened, so the host reshapes it
 without a copy) and tile ``(·, ·, p)`` reads the operand matrix that broadcasting maps to
-output matrix ``p`` (a uniform index computed from ``p``). A transposed operand
-(``transpose_a``/``transpose_b``, stored ``[.., K, M]`` or ``[.., N, K]``) is staged by a
-transposing lane copy instead of cp.async: element ``e`` of the stored tile (row-major, so
-the global reads are coalesced) by lane ``e mod lanes``, written to its transposed place in
-the shared ``[BM, BK]`` (``[BK, BN]``) buffer. It needs ``shared``. The mma, and so every
-rounding, is the same as for untransposed operands.
+output matrix ``p`` (a uniform index computed from ``p``). An operand whose stored
+orientation (``transpose_a``/``transpose_b``: ``[.., K, M]`` or ``[.., N, K]``) is not its
+staged one is copied transposing, reading the stored tile row-major (coalesced): a
+transposing cp.async of one 4- or 8-byte element per piece, or for 2- and 1-byte elements a
+lane copy (element ``e`` by lane ``e mod lanes``). It needs ``shared``. The mma, and so
+every rounding, is the same as for untransposed operands.
 
 Fragments (LOWER-MATMUL-5, -6; :func:`_fragments`): with ``shared``, the accumulator is
 register-blocked (each lane an ``r × c`` micro-tile; A staged k-major where cp.async can put
