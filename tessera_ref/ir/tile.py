@@ -200,7 +200,7 @@ def _verify_layout(op, frag: TensorType) -> None:
         if problem:
             raise op.emit_error(f"layout {layout.attr()} {problem}")
         func = op.parent_op
-        while func is not None and func.parent_op is not None:
+        while func is not None and not is_kernel(func):
             func = func.parent_op
         lanes = func.attributes.get("launch.lanes") if func is not None else None
         if lanes is not None and lanes != layout.lanes:

@@ -5,7 +5,7 @@ import pytest
 
 from tessera_ref.errors import KernelError, TesseraError
 from tessera_ref.interp.tile import run
-from tessera_ref.ir import parse_module, print_op
+from tessera_ref.ir import parse_module, print_op, verify
 from tessera_ref.ir import tile as T
 from tessera_ref.ir.fragment import TVLayout, blocked, mma_sync, ownership
 
@@ -236,3 +236,13 @@ def test_the_mma_sync_layout_puts_c0_to_c3_where_the_ptx_table_does():
     # slot 4 is the next tile to the right (8 columns on); warp 1 starts 64 columns on
     assert divmod(int(owned[5, 4]), 128) == (1, 10) and divmod(int(owned[32 + 5, 0]), 128) == (1, 66)
     assert mma_sync(16, 16, 128) is None and mma_sync(20, 16, 32) is None
+
+
+def test_the_verifier_checks_a_layout_against_the_kernels_recorded_lanes():
+    module = _copy_kernel(ROWS4).finish()
+    func = module.body.first_op
+    func.attributes["launch.lanes"] = 32
+    verify(module)
+    func.attributes["launch.lanes"] = 64
+    with pytest.raises(TesseraError, match="is for 32 lanes, the kernel has 64"):
+        verify(module)
