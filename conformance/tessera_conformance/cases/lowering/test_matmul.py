@@ -156,3 +156,15 @@ def test_batches_broadcast_and_transposes(backend, sa, sb, flags, directives, gr
         flips = (not flags.get("transpose_a")) + bool(flags.get("transpose_b"))
         assert flipped == copies // 2 * flips  # two copies per issue, A's first
     assert schedule_of(kernels(program)[0])["op"] == "matmul"
+
+
+@clause("LOWER-MATMUL-6", "LOWER-EXACT-1")
+def test_a_tensor_core_policy_lowers_to_the_models_bits(backend):
+    import tessera_ref as t
+    pol = t.Policy("bf16", accum="tc:sm80")
+    a = t.asarray(round_to(RNG.standard_normal((32, 64)), "bf16"), policy=pol)
+    b = t.asarray(round_to(RNG.standard_normal((64, 32)), "bf16"), policy=pol)
+    got, reports, program = lowered(backend, mm, a, b, directives=dict(tile=(32, 32, 16), lanes=128))
+    assert_bits(got, graph(mm, a, b))
+    assert findings(backend, reports[0]) == []
+    assert 'accum = "tc:sm80"' in str(program.tile) and "layout = " in str(program.tile)
