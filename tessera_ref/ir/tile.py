@@ -31,18 +31,25 @@ load                buffer, index per dim -> scalar                   -
 store               buffer, index per dim, value                      -
 alloc               -> shared buffer                                  ``swizzle``, ``pad``
 subview             buffer, offset per dim -> view                    -
-cp_async            dst view, src view                                -
+cp_async            dst view, src view                                ``bytes``?, ``transpose``?
 cp_async_commit     -                                                 -
 cp_async_wait       -                                                 ``pending``
 barrier             -                                                 -
-fill                -> fragment                                       ``value``
-frag_load           view -> fragment                                  -
-frag_store          view, fragment                                    -
-mma                 a, b, acc -> fragment                             ``accum``
+fill                -> fragment                                       ``value``, ``layout``?
+frag_load           view -> fragment                                  ``layout``?
+frag_store          view, fragment                                    ``layout``?
+mma                 a, b, acc -> fragment                             ``accum``, ``layout``?, ``transpose_a``?
 for                 lb, ub, step, init... -> carried...               ``prefetch``; 1 region
 if                  cond -> results...                                2 regions
 yield               values (terminator of for/if regions)             -
 ==================  ================================================  ===========================
+
+Optional attributes (``?``; absent, the op means what it meant before they existed):
+``layout`` is the fragment's lane ownership (:mod:`.fragment`, TILE-FRAG-1; absent: cyclic);
+``transpose_a = true`` gives ``mma`` its ``a`` operand as ``[K, M]`` (staged k-major);
+``bytes`` (4, 8 or 16) is the size of each cp.async piece and ``transpose = true`` makes
+``cp_async`` copy a ``[R, C]`` source into a ``[C, R]`` destination, element by element
+(TILE-VIS-2).
 """
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ from ..numerics import get_format
 from .builtin import func_op, return_op
 from .core import Block, Module, Operation, Region, Value
 from .errors import IRError
+from .fragment import layout_of
 from .registry import close_dialect, register_op
 from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
@@ -162,8 +170,71 @@ def _verify_subview(op):
 def _verify_copy(op):
     _n_operands(2)(op)
     dst, src = (_static_tensor(op, v, w) for v, w in zip(op.operands, ("the destination", "the source")))
-    if dst.shape != src.shape or dst.format != src.format:
-        raise op.emit_error(f"copies {src} into {dst}: shapes and formats must match")
+    transpose = op.attributes.get("transpose", False)
+    if not isinstance(transpose, bool):
+        raise op.emit_error(f"attribute 'transpose' is a bool, is {transpose!r}")
+    want = tuple(reversed(src.shape)) if transpose else src.shape
+    if dst.shape != want or dst.format != src.format or transpose and src.rank != 2:
+        raise op.emit_error(f"copies {src} into {dst}: the shapes{' (transposed, rank 2)' if transpose else ''} "
+                            f"and formats must match")
+    if "bytes" not in op.attributes:
+        return
+    nbytes, item = op.attributes["bytes"], src.dtype.itemsize
+    _attr(op, "bytes", int, (4, 8, 16))
+    row = (1 if transpose else src.shape[-1]) * item
+    if nbytes < item or nbytes % item or row % nbytes:
+        raise op.emit_error(f"copies {src} in pieces of {nbytes} bytes: a piece holds whole {item}-byte elements "
+                            f"of one row ({row} bytes{', one element when transposing' if transpose else ''}); "
+                            f"cp.async copies 4, 8 or 16 bytes (hardware.md)")
+
+
+def _verify_layout(op, frag: TensorType) -> None:
+    """TILE-FRAG-1: a ``layout`` is a bijection onto ``frag``'s elements for the kernel's
+    lanes, and a fragment operand produced under a layout is used under the same one."""
+    try:
+        layout = layout_of(op.attributes)
+    except ValueError as error:
+        raise op.emit_error(str(error)) from None
+    if layout is not None:
+        problem = layout.problem(frag.shape)
+        if problem:
+            raise op.emit_error(f"layout {layout.attr()} {problem}")
+        func = op.parent_op
+        while func is not None and not is_kernel(func):
+            func = func.parent_op
+        lanes = func.attributes.get("launch.lanes") if func is not None else None
+        if lanes is not None and lanes != layout.lanes:
+            raise op.emit_error(f"layout {layout.attr()} is for {layout.lanes} lanes, the kernel has {lanes}")
+    for v in op.operands:
+        producer = _fragment_producer(v)
+        if producer is not None and producer is not op and layout_of(producer.attributes) != layout:
+            raise op.emit_error(f"uses a fragment made with layout {producer.attributes.get('layout')} under "
+                                f"layout {op.attributes.get('layout')}: they must be the same")
+
+
+def _fragment_producer(v: Value):
+    """The fill/frag_load/mma op that made fragment ``v`` (through loop-carried values), or None."""
+    for _ in range(64):
+        op = v.defining_op
+        if op is not None and op.name in _FRAGMENT_OPS:
+            return op
+        if op is not None and op.name == FOR:  # a loop result: its initial value
+            v = op.operands[3 + v.index]
+        elif op is None and v.block.parent_op is not None and v.block.parent_op.name == FOR and v.index > 0:
+            v = v.block.parent_op.operands[2 + v.index]  # a carried block argument: its initial value
+        else:
+            return None
+    return None
+
+
+def _verify_fill(op):
+    _n_operands(0)(op)
+    _verify_layout(op, op.results[0].type)
+
+
+def _verify_frag_load(op):
+    _n_operands(1)(op)
+    _verify_layout(op, op.results[0].type)
 
 
 def _verify_frag_store(op):
@@ -171,6 +242,7 @@ def _verify_frag_store(op):
     view, frag = (_static_tensor(op, v, w) for v, w in zip(op.operands, ("the view", "the fragment")))
     if view.shape != frag.shape:
         raise op.emit_error(f"stores a fragment {frag} into a view {view}: the shapes must match")
+    _verify_layout(op, frag)
 
 
 def _verify_axis(op):
@@ -191,9 +263,14 @@ def _verify_wait(op):
 def _verify_mma(op):
     _n_operands(3)(op)
     a, b, c = (_static_tensor(op, v, w) for v, w in zip(op.operands, ("a", "b", "acc")))
-    if a.rank != 2 or b.rank != 2 or a.shape[1] != b.shape[0] or c.shape != (a.shape[0], b.shape[1]):
-        raise op.emit_error(f"needs a [M, K], b [K, N], acc [M, N]; got {a}, {b}, {c}")
+    kmajor = op.attributes.get("transpose_a", False)
+    if not isinstance(kmajor, bool):
+        raise op.emit_error(f"attribute 'transpose_a' is a bool, is {kmajor!r}")
+    M, K = (a.shape[::-1] if kmajor else a.shape) if a.rank == 2 else (None, None)
+    if a.rank != 2 or b.rank != 2 or K != b.shape[0] or c.shape != (M, b.shape[1]):
+        raise op.emit_error(f"needs a {'[K, M]' if kmajor else '[M, K]'}, b [K, N], acc [M, N]; got {a}, {b}, {c}")
     _attr(op, "accum", str)
+    _verify_layout(op, c)
 
 
 def _verify_for(op):
@@ -228,6 +305,7 @@ def _name(short):
 
 
 FOR, IF, YIELD = _name("for"), _name("if"), _name("yield")
+_FRAGMENT_OPS = {_name(short) for short in ("fill", "frag_load", "mma")}
 
 _OPS = {
     "lane_id": (_n_operands(0), False), "linear_id": (_n_operands(0), False),
@@ -239,7 +317,7 @@ _OPS = {
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
     "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
     "cp_async_wait": (_verify_wait, True), "barrier": (_n_operands(0), True),
-    "fill": (_n_operands(0), False), "frag_load": (_n_operands(1), True),
+    "fill": (_verify_fill, False), "frag_load": (_verify_frag_load, True),
     "frag_store": (_verify_frag_store, True), "mma": (_verify_mma, True),
     "for": (_verify_for, False), "if": (_verify_if, False),
 }
@@ -256,6 +334,11 @@ def _scalar_type(fmt):
     if fmt == "index":
         return INDEX_T
     return ScalarType(get_format(fmt))
+
+
+def _layout_attr(layout) -> dict:
+    """The ``layout`` attribute of a :class:`~.fragment.TVLayout` (none for cyclic)."""
+    return {} if layout is None else {"layout": layout.attr()}
 
 
 class KernelBuilder:
@@ -384,8 +467,13 @@ class KernelBuilder:
     def subview(self, buf: Value, offsets, shape) -> Value:
         return self._one("subview", (buf, *map(self._index, offsets)), TensorType(tuple(shape), buf.type.policy))
 
-    def cp_async(self, dst: Value, src: Value) -> None:
-        self.op("cp_async", (dst, src))
+    def cp_async(self, dst: Value, src: Value, *, nbytes: int | None = None, transpose: bool = False) -> None:
+        """Copy ``src`` into ``dst`` asynchronously, in pieces of ``nbytes`` (default: the
+        interpreter picks the largest aligned size), transposed with ``transpose``."""
+        attrs = {} if nbytes is None else {"bytes": int(nbytes)}
+        if transpose:
+            attrs["transpose"] = True
+        self.op("cp_async", (dst, src), attributes=attrs)
 
     def commit(self) -> None:
         self.op("cp_async_commit")
@@ -397,17 +485,23 @@ class KernelBuilder:
         self.op("barrier")
 
     # fragments
-    def fill(self, shape, fmt="f32", value: float = 0.0) -> Value:
-        return self._one("fill", (), TensorType(tuple(shape), get_format(fmt)), {"value": float(value)})
+    def fill(self, shape, fmt="f32", value: float = 0.0, *, layout=None) -> Value:
+        return self._one("fill", (), TensorType(tuple(shape), get_format(fmt)),
+                         {"value": float(value), **_layout_attr(layout)})
 
-    def frag_load(self, view: Value) -> Value:
-        return self._one("frag_load", (view,), view.type)
+    def frag_load(self, view: Value, *, layout=None) -> Value:
+        return self._one("frag_load", (view,), view.type, _layout_attr(layout))
 
-    def frag_store(self, view: Value, frag: Value) -> None:
-        self.op("frag_store", (view, frag))
+    def frag_store(self, view: Value, frag: Value, *, layout=None) -> None:
+        self.op("frag_store", (view, frag), attributes=_layout_attr(layout))
 
-    def mma(self, a: Value, b: Value, acc: Value, *, accum: str = "f32") -> Value:
-        return self._one("mma", (a, b, acc), acc.type, {"accum": accum})
+    def mma(self, a: Value, b: Value, acc: Value, *, accum: str = "f32", layout=None,
+            transpose_a: bool = False) -> Value:
+        """``acc + a·b`` (NUM-RED-1); with ``transpose_a``, ``a`` is given as ``[K, M]``."""
+        attrs = {"accum": accum, **_layout_attr(layout)}
+        if transpose_a:
+            attrs["transpose_a"] = True
+        return self._one("mma", (a, b, acc), acc.type, attrs)
 
     # structured control flow
     def for_(self, lb, ub, step, *, init=(), body: Callable, prefetch: int = 0) -> list:

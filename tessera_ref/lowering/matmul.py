@@ -34,12 +34,18 @@ Batched matmuls (LOWER-MATMUL-4) run their output matrices on a third grid axis:
 ``(M/BM, N/BN, P)`` for ``P`` = the product of the result's batch axes; every operand is
 viewed as ``[P_x, rows, cols]`` (its own batch axes flattened, so the host reshapes it
 without a copy) and tile ``(·, ·, p)`` reads the operand matrix that broadcasting maps to
-output matrix ``p`` (a uniform index computed from ``p``). A transposed operand
-(``transpose_a``/``transpose_b``, stored ``[.., K, M]`` or ``[.., N, K]``) is staged by a
-transposing lane copy instead of cp.async: element ``e`` of the stored tile (row-major, so
-the global reads are coalesced) by lane ``e mod lanes``, written to its transposed place in
-the shared ``[BM, BK]`` (``[BK, BN]``) buffer. It needs ``shared``. The mma, and so every
-rounding, is the same as for untransposed operands.
+output matrix ``p`` (a uniform index computed from ``p``). An operand whose stored
+orientation (``transpose_a``/``transpose_b``: ``[.., K, M]`` or ``[.., N, K]``) is not its
+staged one is copied transposing, reading the stored tile row-major (coalesced): a
+transposing cp.async of one 4- or 8-byte element per piece, or for 2- and 1-byte elements a
+lane copy (element ``e`` by lane ``e mod lanes``). It needs ``shared``. The mma, and so
+every rounding, is the same as for untransposed operands.
+
+Fragments (LOWER-MATMUL-5, -6; :func:`_fragments`): with ``shared``, the accumulator is
+register-blocked (each lane an ``r × c`` micro-tile; A staged k-major where cp.async can put
+it there) or, under a tensor-core policy, in the ``mma.sync`` accumulator layout; the
+epilogue then stores it straight into ``D``. Copies into shared memory are cp.async in the
+widest 16/8/4-byte pieces that fit (transposing ones element by element), else lane copies.
 
 Cost (LOWER-COST-1, :func:`matmul_cost`): shared memory ``stages · (BM·(BK+pad) +
 BK·(BN+pad)) · itemsize`` (plus the ``BM·BN`` accum tile of the epilogue when storage is
@@ -55,6 +61,8 @@ import math
 
 from ..errors import LoweringError
 from ..ir import tile as T
+from ..ir.fragment import blocked, mma_sync
+from ..numerics import get_format, tc
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
@@ -101,18 +109,38 @@ class _Operand:
         """The global ``shape`` box of the stored matrix at (row ``r0``, column ``c0``)."""
         return self.kb.subview(self.buf, self._at(r0, c0), shape)
 
-    def stage(self, dst, r0, c0, shape, lanes: int) -> None:
-        """Copy the logical ``shape`` tile at (``r0``, ``c0``) into the shared view ``dst``:
-        cp.async, or a transposing lane copy of the stored ``shape[::-1]`` tile."""
+    def stage(self, dst, r0, c0, shape, lanes: int, pad: int, dst_transposed: bool = False) -> None:
+        """Copy the logical ``shape`` tile at (``r0``, ``c0``) into the shared view ``dst``
+        (holding it as ``shape``, or ``shape[::-1]`` when ``dst_transposed``): cp.async in the
+        widest pieces that fit (:func:`_piece_bytes`), transposing element by element when
+        the stored and the staged orientations differ; a lane copy where cp.async cannot do it
+        (pieces under 4 bytes)."""
         kb = self.kb
-        if not self.transposed:
-            kb.cp_async(dst, self.view(r0, c0, shape))
+        stored = (shape[1], shape[0]) if self.transposed else tuple(shape)
+        r0, c0 = (c0, r0) if self.transposed else (r0, c0)
+        flip = self.transposed != dst_transposed
+        item = dst.type.dtype.itemsize
+        dst_row = dst.type.shape[-1] + pad
+        nbytes = item if flip and item >= 4 else None if flip else \
+            _piece_bytes(item, stored[1], self.buf.type.shape[-1], dst_row)
+        if nbytes is not None:
+            kb.cp_async(dst, self.view(r0, c0, stored), nbytes=nbytes, transpose=flip)
             return
 
-        def copy(e):  # the stored tile is [shape[1], shape[0]] at (c0, r0)
-            index, (i, j) = self.block_element(c0, r0, e, shape[0])
-            kb.store(dst, [j, i], kb.load(self.buf, index))
-        each_element(kb, shape[0] * shape[1], lanes, copy)
+        def copy(e):  # element e of the stored tile, row-major (coalesced global reads)
+            index, (i, j) = self.block_element(r0, c0, e, stored[1])
+            kb.store(dst, [j, i] if flip else [i, j], kb.load(self.buf, index))
+        each_element(kb, stored[0] * stored[1], lanes, copy)
+
+
+def _piece_bytes(item: int, cols: int, row: int, dst_row: int) -> int | None:
+    """The widest cp.async piece (16, 8 or 4 bytes) that is contiguous and aligned when
+    copying boxes ``cols`` elements wide, at column offsets that are multiples of ``cols``,
+    from global rows of ``row`` elements into shared rows of ``dst_row`` (padded) elements:
+    each of the three row lengths in bytes must be a multiple of it. None when no size fits
+    (rows of 2-byte elements of odd length): cp.async copies 4, 8 or 16 bytes (hardware.md)."""
+    return next((b for b in (16, 8, 4) if b >= item and not (cols * item % b or row * item % b
+                                                              or dst_row * item % b)), None)
 
 
 def _batch_index(kb, p, out_batch: tuple, x_batch: tuple):
@@ -131,38 +159,57 @@ def _batch_index(kb, p, out_batch: tuple, x_batch: tuple):
     return index if not isinstance(index, int) else kb.const(index)
 
 
-def _initial(kb, C, staged, m0, n0, shape, accum: str, lanes: int):
+def _initial(kb, C, staged, m0, n0, shape, accum: str, lanes: int, layout):
     """The accumulator's start value: the block of ``C`` — as it is when storage is the accum
     format, otherwise converted (exactly) into accum element by element through the shared
     ``staged`` tile, since the accumulator fragment must hold accum values."""
     if staged is None:
-        return kb.frag_load(C.view(m0, n0, shape))
+        return kb.frag_load(C.view(m0, n0, shape), layout=layout)
 
     def element(e):
         index, local = C.block_element(m0, n0, e, shape[1])
         kb.store(staged, local, kb.cast(kb.load(C.buf, index), accum))
     each_element(kb, shape[0] * shape[1], lanes, element)
     kb.barrier()
-    acc = kb.frag_load(staged)
+    acc = kb.frag_load(staged, layout=layout)
     kb.barrier()  # every lane has its copy before the epilogue reuses the tile
     return acc
 
 
-def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int) -> None:
+def _epilogue(kb, acc, D, staged, m0, n0, storage: str, lanes: int, layout) -> None:
     """Store the accumulator into the output operand ``D``: as it is when storage is the
-    accum format; otherwise through the shared accum tile ``staged``, from which every lane
-    rounds its elements once into storage."""
+    accum format or the fragment has a layout (the store rounds each element once into
+    storage, TILE-NUM-2); otherwise through the shared accum tile ``staged``, from which
+    every lane rounds its elements once into storage."""
     BM, BN = acc.type.shape
-    if staged is None:
-        kb.frag_store(D.view(m0, n0, (BM, BN)), acc)
+    if staged is None or layout is not None:
+        kb.frag_store(D.view(m0, n0, (BM, BN)), acc, layout=layout)
         return
-    kb.frag_store(staged, acc)
+    kb.frag_store(staged, acc, layout=layout)
     kb.barrier()
 
     def element(e):
         index, local = D.block_element(m0, n0, e, BN)
         kb.store(D.buf, index, kb.cast(kb.load(staged, local), storage))
     each_element(kb, BM * BN, lanes, element)
+
+
+def _fragments(BM: int, BN: int, lanes, shared: bool, itemsize: int, transpose_a: bool,
+               tensor_core: bool = False) -> tuple:
+    """``(layout, k_major)``: the accumulator's fragment layout and whether A is staged
+    k-major (LOWER-MATMUL-5, -6). Without shared staging, cyclic fragments. Under a
+    tensor-core policy, the ``mma.sync`` accumulator layout where the tile is whole 16 × 8
+    tiles the warps share (A row-major: the instruction's A pairs run along k). Otherwise the
+    register-blocked layout, A k-major where cp.async can put it there — it is stored
+    ``[K, M]``, or its elements are 4 or 8 bytes (a transposing cp.async); 2- and 1-byte
+    elements stored ``[M, K]`` stay row-major (16-byte copies, one element read per row and k)."""
+    if not shared or not lanes:
+        return None, False
+    tc_layout = mma_sync(BM, BN, lanes) if tensor_core else None
+    if tc_layout is not None:
+        return tc_layout, False
+    layout = blocked(BM, BN, lanes)
+    return layout, layout is not None and (transpose_a or itemsize >= 4)
 
 
 def lower_matmul(kop, name: str) -> KernelPlan:
@@ -198,8 +245,11 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     p = kb.tile_id(2) if batch else None
     A, B, *Cs, D = (_Operand(kb, buf, None if p is None else _batch_index(kb, p, batch, b), t)
                     for buf, b, t in zip(kb.params, batches, flags + [False] * (len(op.operands) - 1)))
-    staged = kb.alloc((BM, BN), accum) if storage != accum else None
-    acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes) if Cs else kb.fill((BM, BN), accum, 0.0)
+    layout, k_major = _fragments(BM, BN, lanes, s["shared"], get_format(storage).dtype.itemsize, flags[0],
+                                 mma_acc.startswith(tc.PREFIX))  # unstaged: the SIMT pattern of TILE-VIS-3
+    staged = kb.alloc((BM, BN), accum) if storage != accum and (layout is None or Cs) else None
+    acc = _initial(kb, Cs[0], staged, m0, n0, (BM, BN), accum, lanes, layout) if Cs else \
+        kb.fill((BM, BN), accum, 0.0, layout=layout)
     nk = K // BK
 
     def k_offset(kt):
@@ -208,20 +258,24 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     if not s["shared"]:
         acc, = kb.for_(0, nk, 1, init=[acc], body=lambda kt, acc: [kb.mma(A.view(m0, k_offset(kt), (BM, BK)),
                                                                             B.view(k_offset(kt), n0, (BK, BN)),
-                                                                            acc, accum=mma_acc)])
+                                                                            acc, accum=mma_acc, layout=layout)])
     else:
         stages = s["stages"] if s["async_copy"] else 1
-        sA = kb.alloc((stages, BM, BK), storage, swizzle=s["swizzle"], pad=s["padding"])
+        a_tile = (BK, BM) if k_major else (BM, BK)
+        sA = kb.alloc((stages,) + a_tile, storage, swizzle=s["swizzle"], pad=s["padding"])
         sB = kb.alloc((stages, BK, BN), storage, swizzle=s["swizzle"], pad=s["padding"])
 
         def buffers(kt):
             stage = kt % stages if isinstance(kt, int) else kb.binary("mod", kt, stages) if stages > 1 else 0
-            return kb.subview(sA, [stage, 0, 0], (BM, BK)), kb.subview(sB, [stage, 0, 0], (BK, BN))
+            return kb.subview(sA, [stage, 0, 0], a_tile), kb.subview(sB, [stage, 0, 0], (BK, BN))
+
+        def mma(kt, acc):
+            return kb.mma(*buffers(kt), acc, accum=mma_acc, layout=layout, transpose_a=k_major)
 
         def issue(kt):
             dst_a, dst_b = buffers(kt)
-            A.stage(dst_a, m0, k_offset(kt), (BM, BK), lanes)
-            B.stage(dst_b, k_offset(kt), n0, (BK, BN), lanes)
+            A.stage(dst_a, m0, k_offset(kt), (BM, BK), lanes, s["padding"], k_major)
+            B.stage(dst_b, k_offset(kt), n0, (BK, BN), lanes, s["padding"])
             return []
 
         for st in range(stages - 1):  # the prologue: stages-1 groups, empty past the last K tile
@@ -235,7 +289,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
                 kb.commit()
                 kb.wait(0)
                 kb.barrier()
-                acc = kb.mma(*buffers(kt), acc, accum=mma_acc)
+                acc = mma(kt, acc)
                 kb.barrier()
                 return [acc]
             kb.wait(stages - 2)  # K tile kt has landed ...
@@ -243,31 +297,54 @@ def lower_matmul(kop, name: str) -> KernelPlan:
             nxt = kb.binary("add", kt, stages - 1)
             kb.if_(kb.binary("lt", nxt, nk), then=lambda: issue(nxt))  # refills tile kt-1's buffer
             kb.commit()
-            return [kb.mma(*buffers(kt), acc, accum=mma_acc)]
+            return [mma(kt, acc)]
         acc, = kb.for_(0, nk, 1, init=[acc], body=body, prefetch=stages if s["async_copy"] else 0)
         if stages > 1:
             kb.wait(0)  # retire the empty groups committed past the last K tile
-    _epilogue(kb, acc, D, staged, m0, n0, storage, lanes)
+    _epilogue(kb, acc, D, staged, m0, n0, storage, lanes, layout)
     func = kb.finish().body.first_op
     grid = (M // BM, N // BN) + ((P,) if batch else ())
     return KernelPlan(func.detach(), grid, lanes, shapes[:-1], shapes[-1:])
 
 
 def _fit(op, s: dict) -> dict:
+    """SCHED-FIT-1, after the op's own ``tile_shape``, which overrides the tile directive: it
+    must divide ``M``, ``N``, ``K`` and its shared memory fit the H100's per-block limit (a
+    LoweringError otherwise)."""
     _, m, n, k = matmul_dims(op)
+    given = op.attributes.get("tile_shape")
+    if given is not None:
+        if m % given[0] or n % given[1] or k % given[2]:
+            raise LoweringError(f"matmul {m}x{k} @ {k}x{n}: its tile_shape {list(given)} does not divide M={m}, "
+                                f"N={n}, K={k}", location=op.location,
+                                fix="give a tile_shape whose sizes divide them, or none (the schedule's tile is "
+                                    "then fitted to the shapes)")
+        tile = [int(t) for t in given]
+        cost = _cost(op, {**s, "tile": tile}, "H100")
+        ok, reason = cost.fits("H100")
+        if not ok:
+            raise LoweringError(f"matmul {m}x{k} @ {k}x{n}: its tile_shape {tile} {reason} (H100, the largest "
+                                f"per-block shared memory of the presets)", location=op.location,
+                                fix="give a smaller tile_shape (or fewer pipeline stages)")
+        return {"tile": tile}
     return {"tile": [fit_size(m, s["tile"][0]), fit_size(n, s["tile"][1]), fit_size(k, s["tile"][2])]}
 
 
 def matmul_cost(M, N, K, tile, *, batch=1, itemsize=4, shared=True, padding=0, stages=2, async_copy=True,
-                with_c=False, dtype="f32", accum_itemsize=4, preset="H100") -> KernelCost:
+                with_c=False, dtype="f32", accum_itemsize=4, preset="H100", lanes=None,
+                transpose_a=False, tensor_core=False) -> KernelCost:
     """The cost of ``batch`` products ``[M, K] @ [K, N]`` (one per output matrix, however the
     operands broadcast or are transposed) with tile ``(BM, BN, BK)`` (see the module
     docstring); storage narrower than the accumulator adds the ``BM·BN`` accum tile of the
-    epilogue."""
+    epilogue (only to bring a narrow ``C`` in when ``lanes`` give a register-blocked tile,
+    whose epilogue stores directly). A staged k-major (:func:`_fragments`, given ``lanes``,
+    ``transpose_a`` and ``tensor_core``) is ``BK`` rows of ``BM + padding``."""
     BM, BN, BK = tile
     stages = stages if shared and async_copy else 1
-    smem = stages * (BM * (BK + padding) + BK * (BN + padding)) * itemsize if shared else 0
-    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize else 0
+    layout, k_major = _fragments(BM, BN, lanes, shared, itemsize, transpose_a, tensor_core)
+    a_rows, a_cols = (BK, BM) if k_major else (BM, BK)
+    smem = stages * (a_rows * (a_cols + padding) + BK * (BN + padding)) * itemsize if shared else 0
+    smem += BM * BN * accum_itemsize if accum_itemsize != itemsize and (with_c or layout is None) else 0
     tiles = batch * (M // BM) * (N // BN)
     # staged tiles are copied row by row (coalesced); unstaged, the mma reads A a column at a time
     a_bytes = itemsize if shared else min(32, K * itemsize)
@@ -283,7 +360,8 @@ def _cost(op, s: dict, preset) -> KernelCost:
     return matmul_cost(M, N, K, s["tile"], batch=math.prod(batch), itemsize=t.dtype.itemsize, shared=s["shared"],
                        padding=s["padding"], stages=s["stages"], async_copy=s["async_copy"],
                        with_c=len(op.operands) == 3, dtype=t.policy.storage.name,
-                       accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset)
+                       accum_itemsize=t.policy.accum.dtype.itemsize, preset=preset, lanes=s["lanes"],
+                       transpose_a=bool(op.attributes.get("transpose_a")), tensor_core=t.policy.tc is not None)
 
 
 FAMILY = KernelFamily(

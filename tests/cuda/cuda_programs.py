@@ -53,12 +53,7 @@ def lowered(name):
 
 #: (kernel name, what fails today) -> why
 KNOWN = {
-    ("matmul_bf16", "compile"): "renders cp.async of 2 bytes (cp.async copies 4, 8 or 16)",
-    ("matmul_fp8", "compile"): "renders cp.async of 1 byte",
-    ("attention_bf16", "compile"): "renders cp.async of 2 bytes",
+    ("attention_bf16", "stack"): "cyclic fragments indexed at run time land in local memory (384 B stack)",
     ("attention", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
     ("attention_causal", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
-    ("gemm_f32_sync", "stack"): "accumulator fragment in local memory (256 B stack)",
-    ("matmul_batched", "stack"): "accumulator fragment in local memory (256 B stack)",
-    ("matmul_transposed", "stack"): "accumulator fragment in local memory (256 B stack)",
 }

@@ -7,13 +7,19 @@ the ops without one, and why): a tile is a thread block, a lane a thread
 ``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
 byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
 ``swizzle = "xor"``; a view is a base pointer
-plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
-element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
+plus an element offset, strides and a proven alignment (:meth:`_Emitter.divisor`);
+``cp_async`` is an unrolled loop of ``tsr_cp_async<bytes>`` pieces (its ``bytes``, or the
+widest of 16, 8, 4 the views prove aligned; a plain per-thread copy when none fits),
+piece ``j`` by thread ``j mod lanes``; ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
-``__syncthreads()``. A fragment is a register array holding the elements ``j ≡ lane (mod
-lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` (``fma`` in
-f64) over k ascending — the NUM-RED-1 order, so a compiled kernel would compute the
-interpreter's bits. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
+``__syncthreads()``. A fragment is a register array of the slots the thread owns
+(TILE-FRAG-1: its ``layout``, :mod:`.owned`, else the elements ``j ≡ lane (mod lanes)``),
+indexed by constants in fully unrolled loops so it stays in registers; ``mma`` updates each
+owned element with ``fmaf`` (``fma`` in f64) over k ascending — the NUM-RED-1 order, so the
+compiled kernel computes the interpreter's bits — and on a separable layout loads, per
+``k``, the thread's rows of ``a`` and columns of ``b`` once into registers (``float4`` /
+``float2`` vector loads where aligned, as are the epilogue's stores), the register-blocked
+SGEMM. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
 broadcast along an axis (``[Br, 1]`` against ``[Br, Dv]``) is not owned by the lane that
 needs it, so it is read from the shared view it was ``frag_load``-ed from — which the
 emitter allows only when nothing between the load and the use writes memory or waits.
@@ -29,8 +35,10 @@ the NaN of the sign) and NaN kept with its sign as the format's canonical quiet 
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
-(``tessera_device.cuh``; DESIGN §9). Index values are ``long`` and are never negative in the
-lowered kernels, so C's ``/`` and ``%`` agree with Tile IR's ``floordiv`` and ``mod``.
+(``tessera_device.cuh``; DESIGN §9). Index values are ``int`` when every buffer is static
+with fewer than 2³¹ elements (and the launch has fewer than 2³¹ threads), else ``long``
+(:func:`_index_type`); they are never negative in the lowered kernels, so C's ``/`` and
+``%`` agree with Tile IR's ``floordiv`` and ``mod``.
 
 The text is what :mod:`tessera_ref.backends.cuda.compile` compiles with NVRTC (the header
 names the options; docs/spec/cuda.md).
@@ -43,7 +51,10 @@ from ...errors import LoweringError
 from ...ir import Module
 from ...ir import tile as T
 from ...ir.builtin import RETURN
+from ...ir.fragment import layout_of, mma_sync
 from ...ir.types import IndexType, ScalarType, TensorType
+from ...numerics.tc import PREFIX as TC_PREFIX
+from .owned import Owned
 
 __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
 
@@ -72,6 +83,10 @@ _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
+#: vector types for one 8- or 16-byte access of consecutive elements
+_VECTOR = {("float", 4): "float4", ("float", 2): "float2", ("double", 2): "double2"}
+#: the raw-bits type of one 4-, 8- or 16-byte access of narrow elements
+_RAW = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -110,12 +125,41 @@ def _convert(expr: str, src, dst, location=None) -> str:
     return f"tsr_cvt<{ctype}>({expr})"
 
 
+_CONSTANT, _BINARY = T._name("constant"), T._name("binary")
+
+
+def _index_type(func) -> str:
+    """``int`` when every index fits in 32 bits — every buffer static with fewer than 2³¹
+    elements, and the launch (if known) under 2³¹ lanes — else ``long`` (LOWER-TARGET-1)."""
+    limit = 2 ** 31
+    for arg in func.regions[0].entry.args:
+        t = arg.type
+        if isinstance(t, TensorType) and t.rank and (not t.is_static or math.prod(t.shape) >= limit):
+            return "long"
+    grid = func.attributes.get("launch.grid")
+    if grid is not None and math.prod(grid) * func.attributes.get("launch.lanes", 1) >= limit:
+        return "long"
+    return "int"
+
+
 class _View:
     """A buffer region: pointer name, element offset expression, shape, strides, swizzled?"""
 
-    def __init__(self, ptr, offset, shape, strides, swizzle=False, itemsize=4):
+    def __init__(self, ptr, offset, shape, strides, swizzle=False, itemsize=4, align=0):
         self.ptr, self.offset, self.shape, self.strides = ptr, offset, tuple(shape), tuple(strides)
         self.swizzle, self.itemsize = swizzle, itemsize
+        self.align = align  # the offset is a multiple of it, in elements (0: the offset is 0)
+
+    def vector(self, divisors, n: int) -> bool:
+        """Whether ``n`` consecutive elements (along the last axis) at an index whose entries
+        are multiples of ``divisors`` are one naturally aligned 8- or 16-byte access."""
+        if n == 1:
+            return True
+        if self.swizzle or n * self.itemsize not in (4, 8, 16) or self.strides[-1] != "1" or \
+                not all(s.isdigit() for s in self.strides):
+            return False
+        terms = [d * int(st) for d, st in zip(divisors[:-1], self.strides[:-1])]
+        return math.gcd(self.align, divisors[-1], *terms) % n == 0
 
     def at(self, index) -> str:
         terms = [self.offset] + [f"({i}) * {s}" if s != 1 else f"({i})" for i, s in zip(index, self.strides)]
@@ -126,6 +170,10 @@ class _View:
         return f"{self.ptr}[{flat}]"
 
 
+def _plus(origin: str, offset: int) -> str:
+    return str(offset) if origin == "0" else f"{origin} + {offset}"
+
+
 class _Emitter:
     def __init__(self, func):
         self.func, self.lines, self.names, self.count = func, [], {}, 0
@@ -134,6 +182,8 @@ class _Emitter:
         self.indent = 1
         self.lanes = func.attributes.get("launch.lanes")
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
+        self.layouts = {}  # fragment value -> its Owned (absent: cyclic)
+        self.idx = _index_type(func)
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -142,7 +192,22 @@ class _Emitter:
         return self.names[value]
 
     def ctype(self, t) -> str:
-        return _ctype(t, self.location)
+        return self.idx if isinstance(t, IndexType) else _ctype(t, self.location)
+
+    def divisor(self, v) -> int:
+        """A number the index value ``v`` is always a multiple of (0: it is 0)."""
+        op = v.defining_op
+        loop = v.block.parent_op if op is None else None
+        if loop is not None and loop.name == T.FOR and v.index == 0:  # an induction variable
+            return math.gcd(self.divisor(loop.operands[0]), self.divisor(loop.operands[2]))
+        if op is None or op.name not in (_CONSTANT, _BINARY):
+            return 1
+        if op.name == _CONSTANT:
+            value = op.attributes["value"]
+            return abs(value) if isinstance(value, int) else 1
+        a, b = (self.divisor(x) for x in op.operands)
+        fn = op.attributes["fn"]
+        return a * b if fn == "mul" else math.gcd(a, b) if fn in ("add", "sub") else 1
 
     def emit(self, text: str) -> None:
         self.lines.append("  " * self.indent + text)
@@ -176,7 +241,7 @@ class _Emitter:
             else:
                 params.append(f"{self.ctype(t)} {pname}")
                 self.names[arg] = pname
-        params += [f"long {s}" for s in self.sizes]
+        params += [f"long {s}" for s in self.sizes]  # symbolic sizes make every index a long
         launch = ""
         if "launch.grid" in attrs:
             launch = f"// launch: grid {tuple(attrs['launch.grid'])}, {attrs['launch.lanes']} threads per block\n"
@@ -209,7 +274,7 @@ class _Emitter:
         self.value(op, "threadIdx.x")
 
     def op_linear_id(self, op):
-        self.value(op, "(long)blockIdx.x * blockDim.x + threadIdx.x")
+        self.value(op, f"({self.idx})blockIdx.x * blockDim.x + threadIdx.x")
 
     def op_tile_id(self, op):
         self.value(op, f"blockIdx.{'xyz'[op.attributes['axis']]}")
@@ -300,14 +365,15 @@ class _Emitter:
         offset = base.offset if not extra else (extra if base.offset == "0" else f"{base.offset} + {extra}")
         shape = op.results[0].type.shape
         name = self.name(op.results[0])
-        self.emit(f"const long {name}_off = {offset};  // view {list(shape)} of {base.ptr}")
+        self.emit(f"const {self.idx} {name}_off = {offset};  // view {list(shape)} of {base.ptr}")
+        terms = [self.divisor(v) * (int(st) if st.isdigit() else 1) for v, st in zip(op.operands[1:], base.strides)]
         self.names[op.results[0]] = _View(base.ptr, f"{name}_off", shape, base.strides[len(base.strides) - len(shape):],
-                                          base.swizzle, base.itemsize)
+                                          base.swizzle, base.itemsize, math.gcd(base.align, *terms))
 
     def _box_loop(self, view, body, lanes_expr="blockDim.x") -> None:
         """``body(index exprs)`` for every element of ``view``'s box, block-strided."""
         n = math.prod(view.shape)
-        self.emit(f"for (long j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
+        self.emit(f"for ({self.idx} j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
         idx, rest = [], "j"
         for i, d in enumerate(view.shape):
             inner = math.prod(view.shape[i + 1:])
@@ -318,10 +384,49 @@ class _Emitter:
         self.indent -= 1
         self.emit("}")
 
+    def _piece_bytes(self, op, dst, src) -> int | None:
+        """The cp.async piece size: the op's ``bytes``, or the widest of 16, 8, 4 bytes that the
+        views' strides and offsets make contiguous and aligned; None when even 4 does not fit
+        (cp.async copies 4, 8 or 16 bytes)."""
+        given = op.attributes.get("bytes")
+        if given is not None:
+            return given
+        row = src.shape[-1]
+        for nbytes in (16, 8, 4):
+            n = nbytes // dst.itemsize
+            if n >= 1 and nbytes % dst.itemsize == 0 and row % n == 0 and \
+                    all(v.vector([1] * (len(v.shape) - 1) + [n], n) for v in (dst, src)):
+                return nbytes
+        return None
+
     def op_cp_async(self, op):
         dst, src = self.names[op.operands[0]], self.names[op.operands[1]]
-        self.emit("// cp.async: one copy per element here; the CUDA phase groups them into 16-byte copies")
-        self._box_loop(dst, lambda idx: self.emit(f"tsr_cp_async<{dst.itemsize}>(&{dst.at(idx)}, &{src.at(idx)});"))
+        nbytes = self._piece_bytes(op, dst, src)
+        flip = op.attributes.get("transpose", False)
+        if nbytes is None:  # the wait and barrier that must follow make a plain copy visible as well
+            self.emit("// a copy cp.async cannot make (pieces under 4 bytes): each lane copies its elements")
+            self._box_loop(src, lambda idx: self.emit(f"{dst.at(idx[::-1] if flip else idx)} = {src.at(idx)};"))
+            return
+        per, n = max(1, nbytes // dst.itemsize), math.prod(src.shape)
+        self.emit(f"// cp.async in {nbytes}-byte pieces{', transposing' if flip else ''}: piece j by lane j mod lanes")
+        pieces = n // per
+        if self.lanes:  # a constant trip count: the loop unrolls
+            self.emit("#pragma unroll")
+            self.emit(f"for (int i = 0; i < {-(-pieces // self.lanes)}; ++i) {{")
+            self.emit(f"  const {self.idx} j = threadIdx.x + i * {self.lanes};")
+            if pieces % self.lanes:
+                self.emit(f"  if (j >= {pieces}) break;")
+        else:
+            self.emit(f"for ({self.idx} j = threadIdx.x; j < {pieces}; j += blockDim.x) {{")
+        idx, rest = [], f"j * {per}" if per > 1 else "j"
+        for i in range(len(src.shape)):
+            inner = math.prod(src.shape[i + 1:])
+            idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
+            rest = f"({rest}) % {inner}" if inner > 1 else rest
+        self.indent += 1
+        self.emit(f"tsr_cp_async<{nbytes}>(&{dst.at(idx[::-1] if flip else idx)}, &{src.at(idx)});")
+        self.indent -= 1
+        self.emit("}")
 
     def op_cp_async_commit(self, op):
         self.emit("tsr_cp_async_commit();")
@@ -333,17 +438,39 @@ class _Emitter:
         self.emit("__syncthreads();")
 
     # -- fragments -----------------------------------------------------------------------
-    def _frag_len(self, t) -> str:
+    def _own(self, value):
+        """The :class:`Owned` of fragment ``value`` (None: cyclic ownership)."""
+        return self.layouts.get(value)
+
+    def _set_layout(self, value, op) -> None:
+        layout = layout_of(op.attributes)
+        if layout is not None:
+            self.layouts[value] = Owned(layout, value.type.shape)
+
+    def _frag_len(self, t, value=None) -> str:
+        own = self._own(value) if value is not None else None
+        if own is not None:
+            return str(own.values)
         lanes = self.lanes or 32
         return str(-(-math.prod(t.shape) // lanes))
 
-    def _owned(self, t, body) -> None:
-        """``body(slot, m, n)`` for every fragment element this lane owns."""
+    def _owned(self, t, body, own=None) -> None:
+        """``body(slot, m, n)`` for every fragment element this lane owns: cyclically, or by
+        ``own``'s layout in a fully unrolled slot loop (constant register indices)."""
+        if own is not None:
+            self.emit("#pragma unroll")
+            self.emit(f"for (int s = 0; s < {own.values}; ++s) {{")
+            self.indent += 1
+            self.emit(f"const {self.idx} e = {own.lane_offset} + {own.value_offset('s')};")
+            body("s", f"e / {t.shape[1]}", f"e % {t.shape[1]}")
+            self.indent -= 1
+            self.emit("}")
+            return
         lanes = self.lanes or "blockDim.x"
         n = math.prod(t.shape)
         self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {{")
         self.indent += 1
-        self.emit(f"const long e = threadIdx.x + (long)s * {lanes};")
+        self.emit(f"const {self.idx} e = threadIdx.x + ({self.idx})s * {lanes};")
         self.emit(f"if (e < {n}) {{")
         self.indent += 1
         body("s", f"e / {t.shape[1]}", f"e % {t.shape[1]}")
@@ -354,17 +481,54 @@ class _Emitter:
 
     def _new_frag(self, value) -> str:
         name = self.name(value)
-        self.emit(f"{self.ctype(value.type)} {name}[{self._frag_len(value.type)}];")
+        self.emit(f"{self.ctype(value.type)} {name}[{self._frag_len(value.type, value)}];")
         return name
 
     def op_fill(self, op):
+        self._set_layout(op.results[0], op)
         name = self._new_frag(op.results[0])
         v = op.attributes["value"]
         value = _convert(f"{v!r}f", "f32", _format(op.results[0].type), op.location)
-        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type)}; ++s) {name}[s] = {value};")
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {self._frag_len(op.results[0].type, op.results[0])}; ++s) {name}[s] = {value};")
+
+    def _lane_origin(self, own) -> tuple:
+        """Declare this lane's row and column origin in a separable micro-tile layout."""
+        self.count += 1
+        row, col = f"mr{self.count}", f"nc{self.count}"
+        self.emit(f"const {self.idx} {row} = {own.lane_row}, {col} = {own.lane_col};  // this lane's micro-tile origin")
+        return row, col
+
+    def _move_blocked(self, view, frag: str, own, src_fmt, dst_fmt, store: bool) -> None:
+        """Load (``store`` False) or store a separable micro-tile fragment element by element
+        in straight-line code, consecutive columns of one row as one vector access where the
+        format is unchanged and the view makes it aligned."""
+        row, col = self._lane_origin(own)
+        ctype = _CTYPE.get(dst_fmt if store else src_fmt)
+        s = 0
+        while s < own.values:
+            r, c = own.value_rows[s], own.value_cols[s]
+            n = next((n for n in (4, 2) if src_fmt == dst_fmt and (ctype, n) in _VECTOR and s + n <= own.values
+                      and all(own.value_rows[s + i] == r and own.value_cols[s + i] == c + i for i in range(n))
+                      and view.vector([1, math.gcd(own.col_align, c)], n)), 1)
+            at = view.at([f"{row} + {r}", f"{col} + {c}"])
+            if n > 1:
+                vec = _VECTOR[(ctype, n)]
+                if store:
+                    parts = ", ".join(f"{frag}[{s + i}]" for i in range(n))
+                    self.emit(f"*reinterpret_cast<{vec}*>(&{at}) = make_{vec}({parts});")
+                else:
+                    self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
+                              + " ".join(f"{frag}[{s + i}] = t.{'xyzw'[i]};" for i in range(n)) + " }")
+            elif store:
+                self.emit(f"{at} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, self.location)};")
+            else:
+                self.emit(f"{frag}[{s}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+            s += n
 
     def op_frag_load(self, op):
         frag, src = op.results[0], self.names[op.operands[0]]
+        self._set_layout(frag, op)
         self.loaded[frag] = (op, src)
         users = frag.users
         if users and all(u.results and self._is_frag(u.results[0].type) and u.results[0].type.shape != frag.type.shape
@@ -372,13 +536,22 @@ class _Emitter:
             self.emit(f"// {list(frag.type.shape)} fragment used broadcast only: read from its view where used")
             return
         name = self._new_frag(frag)
-        self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"))
+        own = self._own(frag)
+        if own is not None and own.separable:
+            fmt = _format(frag.type)
+            self._move_blocked(src, name, own, fmt, fmt, store=False)
+            return
+        self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"), own)
 
     def op_frag_store(self, op):
         dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
         src_fmt, dst_fmt = _format(op.operands[1].type), _format(op.operands[0].type)
+        own = self._own(op.operands[1])
+        if own is not None and own.separable:
+            self._move_blocked(dst, frag, own, src_fmt, dst_fmt, store=True)
+            return
         self._owned(op.operands[1].type, lambda s, m, n: self.emit(
-            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"))
+            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"), own)
 
     @staticmethod
     def _is_frag(t) -> bool:
@@ -412,27 +585,167 @@ class _Emitter:
         if t.rank != 2:
             raise LoweringError(f"the CUDA emitter handles fragment arithmetic on 2-D fragments, got {t}",
                                 location=op.location, fix="reshape the fragments to 2-D")
+        own = next((self._own(v) for v in op.operands if self._own(v) is not None
+                    and tuple(v.type.shape) == tuple(t.shape)), None)
+        if own is not None:
+            self.layouts[op.results[0]] = own
         name = self._new_frag(op.results[0])
         self._owned(t, lambda s, m, n: self.emit(
-            f"{name}[{s}] = {expr(*(self._element(op, v, t.shape, s, m, n) for v in op.operands))};"))
+            f"{name}[{s}] = {expr(*(self._element(op, v, t.shape, s, m, n) for v in op.operands))};"), own)
 
     def op_mma(self, op):
         a, b, acc = op.operands
         A, B, C = self.names.get(a), self.names.get(b), self.arg(acc)
         if not isinstance(A, _View) or not isinstance(B, _View):
             raise LoweringError("the CUDA emitter handles mma of buffer views", location=op.location)
+        self._set_layout(op.results[0], op)
+        own = self._own(op.results[0])
+        k_major = op.attributes.get("transpose_a", False)
         name = self._new_frag(op.results[0])
-        K = a.type.shape[1]
+        K = a.type.shape[0] if k_major else a.type.shape[1]
         accum = op.attributes["accum"]
+        if accum.startswith(TC_PREFIX):
+            self._mma_sync(op, own, A, B, C, name, K, k_major)
+            return
         fma = "fma" if accum == "f64" else "fmaf"
+        ctype = _c(accum, "the mma accumulator", op.location)
+        if own is not None and own.row_major_slots():
+            self._mma_blocked(op, own, A, B, C, name, K, k_major, ctype, fma)
+            return
 
         def body(s, m, n):
-            ea = _convert(A.at([m, "k"]), _format(a.type), accum, op.location)
+            ea = _convert(A.at(["k", m] if k_major else [m, "k"]), _format(a.type), accum, op.location)
             eb = _convert(B.at(["k", n]), _format(b.type), accum, op.location)
-            self.emit(f"{_c(accum, 'the mma accumulator', op.location)} acc = {C}[{s}];")
+            self.emit(f"{ctype} acc = {C}[{s}];")
             self.emit(f"for (int k = 0; k < {K}; ++k) acc = {fma}({ea}, {eb}, acc);  // NUM-RED-1: k ascending")
             self.emit(f"{name}[{s}] = acc;")
-        self._owned(op.results[0].type, body)
+        self._owned(op.results[0].type, body, own)
+
+    def _mma_blocked(self, op, own, A, B, C, name, K, k_major, ctype, fma) -> None:
+        """``mma`` on a register micro-tile: per ``k`` (ascending, unrolled), the lane loads
+        its rows of ``a`` and columns of ``b`` once into registers (vector loads where
+        contiguous and aligned) and updates every owned element with one fma."""
+        a, b = op.operands[:2]
+        accum = op.attributes["accum"]
+        TM, TN = len(own.rows), len(own.cols)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {own.values}; ++s) {name}[s] = {C}[s];")
+        row, col = self._lane_origin(own)
+        A, a_at = self._based(A, [0, row] if k_major else [row, 0], [0, own.row_align] if k_major else
+                              [own.row_align, 0], _format(a.type))
+        B, b_at = self._based(B, [0, col], [0, own.col_align], _format(b.type))
+        self.emit("#pragma unroll")
+        self.emit(f"for (int k = 0; k < {K}; ++k) {{  // NUM-RED-1: k ascending, one fma per element and k")
+        self.indent += 1
+        self.emit(f"{ctype} ra[{TM}], rb[{TN}];")
+        a_index = (lambda r: ["k", _plus(a_at[1], r)]) if k_major else (lambda r: [_plus(a_at[0], r), "k"])
+        self._load_lines(A, _format(a.type), accum, "ra", own.rows, a_index, k_major, 0 if a_at[1] == "0" else
+                         own.row_align)
+        self._load_lines(B, _format(b.type), accum, "rb", own.cols, lambda c: ["k", _plus(b_at[1], c)], True,
+                         0 if b_at[1] == "0" else own.col_align)
+        self.emit("#pragma unroll")
+        self.emit(f"for (int i = 0; i < {TM}; ++i) {{")
+        self.emit("#pragma unroll")
+        self.emit(f"  for (int j = 0; j < {TN}; ++j) {name}[i * {TN} + j] = {fma}(ra[i], rb[j], {name}[i * {TN} + j]);")
+        self.emit("}")
+        self.indent -= 1
+        self.emit("}")
+
+    def _mma_sync(self, op, own, A, B, C, name, K, k_major) -> None:
+        """A tensor-core ``mma`` (``accum = "tc:…"``, NUM-TC-5) as ``mma.sync.m16n8k16`` with
+        f32 accumulation: the fragment must have :func:`~tessera_ref.ir.fragment.mma_sync`'s
+        layout; per 16 k ascending, each warp loads its A pairs (32-bit loads of two
+        consecutive k) and B pairs (two 16-bit loads packed) in the PTX fragment layout
+        (hardware.md) and issues one instruction per 16 × 8 tile, the accumulator carried
+        from one instruction to the next — the model's blocks, k ascending."""
+        a, b = op.operands[:2]
+        fmt = _format(a.type)
+        M, N = op.results[0].type.shape
+        lanes = own.layout.lanes if own is not None else None
+        if own is None or own.layout != mma_sync(M, N, lanes) or k_major or fmt not in ("bf16", "f16") \
+                or _format(b.type) != fmt or K % 16 or not A.vector([1, 2], 2):
+            raise LoweringError(f"the CUDA emitter renders a tensor-core mma ({op.attributes['accum']}) as "
+                                f"mma.sync.m16n8k16: it needs bf16 or f16 operands, a [M, K] a with K a multiple "
+                                f"of 16 and rows of an even length, and the fragment layout of "
+                                f"ir.fragment.mma_sync({M}, {N}, lanes); got {a.type}, {b.type}",
+                                location=op.location, fix="lower the matmul with a tensor-core policy and a tile "
+                                "of whole 16 x 8 tiles for its warps (e.g. tile (128, 128, 32), 256 lanes)")
+        _, _, WN, _ = own.layout.lane_shape
+        RN, RM = own.layout.value_shape[2], own.layout.value_shape[3]
+        self.emit("#pragma unroll")
+        self.emit(f"for (int s = 0; s < {own.values}; ++s) {name}[s] = {C}[s];")
+        self.count += 1
+        g, t, r0, c0 = (f"{x}{self.count}" for x in ("g", "t", "mr", "nc"))
+        self.emit(f"const int {g} = (threadIdx.x / 4) % 8, {t} = threadIdx.x % 4;  // mma.sync: g = lane >> 2, t = lane & 3")
+        self.emit(f"const int {r0} = (threadIdx.x / {32 * WN}) * {16 * RM} + {g}, "
+                  f"{c0} = ((threadIdx.x / 32) % {WN}) * {8 * RN} + {g};  // this warp's A row and B column")
+        shape = "m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        half = "unsigned short"
+        self.emit("#pragma unroll")
+        self.emit(f"for (int kk = 0; kk < {K}; kk += 16) {{  // NUM-TC-5: instructions over k ascending")
+        self.indent += 1
+        self.emit(f"unsigned fa[{RM}][4], fb[{RN}][2];")
+        for rm in range(RM):
+            for i, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
+                at = A.at([f"{r0} + {16 * rm + dr}", f"kk + 2 * {t} + {dk}"])
+                self.emit(f"fa[{rm}][{i}] = *reinterpret_cast<const unsigned*>(&{at});")
+        for rn in range(RN):
+            for i, dk in enumerate((0, 8)):
+                lo = B.at([f"kk + 2 * {t} + {dk}", f"{c0} + {8 * rn}"])
+                hi = B.at([f"kk + 2 * {t} + {dk + 1}", f"{c0} + {8 * rn}"])
+                self.emit(f"fb[{rn}][{i}] = (unsigned)*reinterpret_cast<const {half}*>(&{lo}) | "
+                          f"((unsigned)*reinterpret_cast<const {half}*>(&{hi}) << 16);")
+        for rm in range(RM):
+            for rn in range(RN):
+                v = 4 * (rn + RN * rm)
+                outs = ", ".join(f'"+f"({name}[{v + i}])' for i in range(4))
+                ins = ", ".join([f'"r"(fa[{rm}][{i}])' for i in range(4)] + [f'"r"(fb[{rn}][{i}])' for i in range(2)])
+                self.emit(f'asm volatile("mma.sync.aligned.{shape} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
+                          f'{{%8, %9}}, {{%0, %1, %2, %3}};\\n" : {outs} : {ins});')
+        self.indent -= 1
+        self.emit("}")
+
+    def _based(self, view, origin, divisors, fmt) -> tuple:
+        """``(view, origin)`` rebased: a pointer to ``view``'s element ``origin`` (this
+        lane's origin, declared once), so the unrolled loads index it with constants — or,
+        for a swizzled view, ``view`` and ``origin`` unchanged. ``divisors``: what the
+        origin's entries are multiples of."""
+        if view.swizzle or not all(st.isdigit() for st in view.strides):
+            return view, origin
+        self.count += 1
+        name = f"p{self.count}"
+        self.emit(f"const {_c(fmt, 'an mma operand', self.location)}* {name} = &{view.at(origin)};")
+        align = math.gcd(view.align, *(d * int(st) for d, st in zip(divisors, view.strides)))
+        return _View(name, "0", view.shape, view.strides, False, view.itemsize, align), ["0"] * len(origin)
+
+    def _load_lines(self, view, src_fmt, dst_fmt, reg, lines, index, contiguous: bool, align: int) -> None:
+        """``reg[i] = view[index(lines[i])]`` converted to ``dst_fmt``; runs of consecutive
+        lines along the view's last axis as one vector load where ``contiguous`` and aligned
+        (``align``: the lane part of the index is a multiple of it): ``float4``/``float2``/
+        ``double2`` for f32/f64, the raw bits (``uint4``/``uint2``/``unsigned``) of 2- and
+        1-byte elements, each then widened exactly."""
+        ctype = _CTYPE.get(src_fmt)
+        size = view.itemsize
+        i = 0
+        while i < len(lines):
+            n = next((n for n in (16 // size, 8 // size, 4 // size) if n > 1 and contiguous and i + n <= len(lines)
+                      and ((ctype, n) in _VECTOR and src_fmt == dst_fmt or size < 4 and n * size in _RAW)
+                      and lines[i + n - 1] == lines[i] + n - 1
+                      and view.vector([1, math.gcd(align, lines[i])], n)), 1)
+            at = view.at(index(lines[i]))
+            if n > 1 and size >= 4:
+                vec = _VECTOR[(ctype, n)]
+                self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
+                          + " ".join(f"{reg}[{i + j}] = t.{'xyzw'[j]};" for j in range(n)) + " }")
+            elif n > 1:
+                raw = _RAW[n * size]
+                parts = " ".join(f"{reg}[{i + j}] = {_convert(f'h[{j}]', src_fmt, dst_fmt, self.location)};"
+                                 for j in range(n))
+                self.emit(f"{{ const {raw} t = *reinterpret_cast<const {raw}*>(&{at}); "
+                          f"const {ctype}* h = reinterpret_cast<const {ctype}*>(&t); {parts} }}")
+            else:
+                self.emit(f"{reg}[{i}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+            i += n
 
     # -- control flow --------------------------------------------------------------------
     def _declare(self, results, like=()) -> list:
@@ -445,9 +758,11 @@ class _Emitter:
             if isinstance(view, _View):
                 name = self.name(r)
                 self.emit(f"{self.ctype(r.type)}* {name};  // a buffer that changes from iteration to iteration")
-                self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize)
+                self.names[r] = _View(name, "0", view.shape, view.strides, view.swizzle, view.itemsize, view.align)
                 names.append(name)
             elif isinstance(r.type, TensorType) and r.type.rank > 0:
+                if init is not None and self._own(init) is not None:
+                    self.layouts[r] = self._own(init)
                 names.append(self._new_frag(r))
             else:
                 names.append(self.name(r))
@@ -463,7 +778,8 @@ class _Emitter:
                 src = f"&{view.ptr}[{view.offset}]"
                 decl = f"{self.ctype(t)}*"
             elif isinstance(t, TensorType) and t.rank > 0:
-                self.emit(f"for (int s = 0; s < {self._frag_len(t)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
+                self.emit("#pragma unroll")
+                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
                 continue
             else:
                 src, decl = self.arg(v), self.ctype(t)
@@ -485,9 +801,11 @@ class _Emitter:
         results = self._declare(op.results, init)
         for arg, res in zip(carried, op.results):
             self.names[arg] = self.names[res]
+            if res in self.layouts:
+                self.layouts[arg] = self.layouts[res]
         self._assign(results, init, [v.type for v in init])
         ivn = self.name(iv)
-        self.emit(f"for (long {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
+        self.emit(f"for ({self.idx} {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
         self.indent += 1
         self.block(body)
         self._assign(results, body.last_op.operands, [r.type for r in op.results])

@@ -4,6 +4,9 @@
   lanes for accesses of at most 4 bytes, 16 for 8-byte and 8 for 16-byte ones; the request
   takes, per phase, as many wavefronts as the largest number of *distinct* words mapped to
   one bank (:func:`wavefronts`). The ideal is ``ceil(distinct words / 32)`` per phase.
+- Per-lane patterns (fragments with a layout, TILE-COUNT-5): each lane's accesses in program
+  order, merged into the widest naturally aligned contiguous pieces of at most 16 bytes
+  (:func:`vector_width`); instruction ``i`` of warp ``w`` is one request (:func:`lane_requests`).
 - Global memory: 32-byte sectors; each warp's request touches the distinct sectors its lanes'
   bytes fall in (:func:`sectors`). With no cache model, every touched sector is HBM traffic.
 """
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Counters", "wavefronts", "sectors", "lanes_per_phase"]
+__all__ = ["Counters", "wavefronts", "sectors", "lanes_per_phase", "vector_width", "lane_requests"]
 
 
 @dataclass
@@ -103,3 +106,33 @@ def sectors(byte_addr: np.ndarray, request: np.ndarray, access_bytes: int) -> tu
     first, last = byte_addr // 32, (byte_addr + access_bytes - 1) // 32
     keys = np.concatenate([(request << 40) | first, (request << 40) | last])
     return int(np.unique(request).size), int(np.unique(keys).size)
+
+
+def vector_width(addr: np.ndarray, itemsize: int) -> int:
+    """The widest access — 16, 8 or 4 bytes, else one element — in which every row of
+    ``addr`` (the byte addresses one lane accesses one after the other) splits into
+    contiguous, naturally aligned pieces."""
+    n = addr.shape[-1]
+    for width in (16, 8, 4):
+        per = width // itemsize
+        if per < 1 or n % per:
+            continue
+        pieces = addr.reshape(-1, per)
+        if not (pieces[:, 0] % width).any() and (pieces == pieces[:, :1] + itemsize * np.arange(per)).all():
+            return width
+    return itemsize
+
+
+def lane_requests(addr: np.ndarray, itemsize: int, group: int | None = None) -> tuple:
+    """``(byte addresses, request ids, access bytes)`` of per-lane accesses ``addr``
+    (``[lanes, n]`` byte addresses, each lane's in program order) merged by
+    :func:`vector_width` within runs of ``group`` accesses (default: all ``n``): a lane's
+    ``i``-th piece is instruction ``i``, and instruction ``i`` of warp ``w`` is request
+    ``i · warps + w`` (ascending, lanes in order within it)."""
+    lanes = addr.shape[0]
+    access = vector_width(addr.reshape(-1, group or addr.shape[1]), itemsize)
+    pieces = addr[:, ::max(1, access // itemsize)]
+    warps = -(-lanes // 32)
+    n = pieces.shape[1]
+    request = np.repeat(np.arange(n, dtype=np.int64) * warps, lanes) + np.tile(np.arange(lanes) // 32, n)
+    return pieces.T.reshape(-1), request, access

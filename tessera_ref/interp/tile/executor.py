@@ -12,12 +12,15 @@ the tile's execution into phases, which the checkers (:mod:`.checkers`) use; the
 
 Tile-collective ops (``cp_async``, ``frag_load``, ``frag_store``, ``mma``) are issued by the
 whole tile (never under a lane-varying ``if``, TILE-MEM-3). For the counters (TILE-VIS-3):
-``cp_async`` copies pieces of 16, 8 or 4 bytes (the largest contiguous and aligned in both
-buffers, else single elements), piece ``j`` by lane ``j mod lanes``; ``frag_load`` /
-``frag_store`` move elements in row-major order, element ``j`` by lane ``j mod lanes``;
-``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and ``b`` a row at a
-time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose bank conflicts
-padding and swizzling remove. For the checkers, their accesses are every lane's.
+``cp_async`` copies pieces of its ``bytes`` (checked: contiguous and aligned), or of 16, 8
+or 4 bytes (the largest contiguous and aligned in both buffers, else single elements),
+piece ``j`` by lane ``j mod lanes`` (a ``transpose`` copy: one element per piece);
+``frag_load`` / ``frag_store`` move elements in row-major order, element ``j`` by lane
+``j mod lanes``; ``mma`` reads ``a`` a column at a time (lane ``m`` reads ``a[m, k]``) and
+``b`` a row at a time (lane ``n`` reads ``b[k, n]``), the SIMT outer-product pattern whose
+bank conflicts padding and swizzling remove. Under a fragment ``layout`` (TILE-FRAG-1) these
+three count each lane's own accesses instead (:meth:`Run.owned`, TILE-COUNT-5). For the
+checkers, their accesses are every lane's.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import numpy as np
 from ...errors import KernelError
 from ...ir import Module, Operation
 from ...ir import tile as T
+from ...ir.fragment import layout_of, ownership
 from ...ir.types import IndexType, ScalarType, TensorType
 from ...numerics import get_format, tc
 from ...numerics.arith import canonical_nan
@@ -34,7 +38,7 @@ from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
 from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
-from .counters import Counters, sectors, wavefronts
+from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .report import TileReport
 
@@ -331,8 +335,51 @@ class Run:
                         (), offsets, fix="check the view offsets or guard the last tile")
         return bool(bad)
 
-    def collective_counts(self, op, base, offs, chunk_bytes, write, role="rowmajor", shape=None):
-        """Count a tile-collective access of ``offs`` (row-major elements of a box)."""
+    def layout(self, op):
+        """The fragment layout of ``op`` (None: cyclic), checked against the launch's lanes."""
+        key = ("layout", op)
+        if key not in self._cache:
+            layout = layout_of(op.attributes)
+            if layout is not None and layout.lanes != self.lanes:
+                raise KernelError(f"'{op.name}' has a fragment layout for {layout.lanes} lanes, the launch has "
+                                  f"{self.lanes}", location=op.location,
+                                  fix=f"launch with lanes={layout.lanes}")
+            self._cache[key] = layout
+        return self._cache[key]
+
+    def owned(self, op, shape, role: str, k_major: bool = False):
+        """``(index matrix [lanes, n] into the row-major elements of the operand, group)``:
+        what each lane accesses, in order, for fragment op ``op`` under its layout (TILE-COUNT-5).
+        ``role`` ``"fragment"``: its owned elements value by value (group: all); ``"a"`` /
+        ``"b"`` of an ``mma``: for each ``k`` ascending, the distinct rows of ``a`` (columns of
+        ``b``) of its owned elements, ascending (group: one ``k``)."""
+        key = ("owned", op, role, tuple(shape))
+        hit = self._cache.get(key)
+        if hit is None:
+            acc = op.results[0].type.shape if op.results else op.operands[1].type.shape
+            own = ownership(self.layout(op), int(np.prod(acc)), self.lanes)
+            if role == "fragment":
+                hit = (own, own.shape[1])
+            else:
+                lines = np.sort(own // acc[1] if role == "a" else own % acc[1], axis=1)
+                keep = np.c_[np.ones(self.lanes, dtype=bool), lines[:, 1:] != lines[:, :-1]]
+                counts = keep.sum(axis=1)
+                lines = lines[keep].reshape(self.lanes, -1) if (counts == counts[0]).all() else lines
+                R = lines.shape[1]
+                K = shape[0] if role == "b" or k_major else shape[1]
+                k = np.arange(K)[None, :, None]
+                line = lines[:, None, :]
+                if role == "b":
+                    index = k * shape[1] + line
+                else:
+                    index = k * shape[1] + line if k_major else line * shape[1] + k
+                hit = (index.reshape(self.lanes, K * R), R)
+            self._cache[key] = hit
+        return hit
+
+    def collective_counts(self, op, base, offs, chunk_bytes, write, role="rowmajor", shape=None, own=None):
+        """Count a tile-collective access of ``offs`` (row-major elements of a box); with
+        ``own`` (``(index matrix, group)`` of :meth:`owned`), each lane's own accesses."""
         if not self.count or offs is None:
             return
         first = int(offs[0]) if offs.size else 0
@@ -343,7 +390,10 @@ class Run:
         if hit is None:
             size = base.itemsize
             addr = base.base + offs.astype(np.int64) * size
-            if role == "column":  # lane m reads a[m, k] for each k: requests by column
+            if own is not None:
+                index, group = own
+                addr, request, access = lane_requests(addr[index], size, group)
+            elif role == "column":  # lane m reads a[m, k] for each k: requests by column
                 M, K = shape
                 addr = addr.reshape(M, K).T.reshape(-1)
                 pos = np.arange(addr.size)
@@ -374,9 +424,9 @@ class Run:
             self._cache[key] = hit
         return hit
 
-    def collective_read(self, op, view, verb, role="rowmajor", chunk=None):
+    def collective_read(self, op, view, verb, role="rowmajor", chunk=None, own=None):
         """The data of a view (row-major, view shape), checked and counted (moved in
-        ``chunk``-byte pieces, default one element)."""
+        ``chunk``-byte pieces, default one element; by the lanes' own accesses with ``own``)."""
         base, offs = self.box_offsets(view, op, verb)
         shape = view.shape
         if offs is None:
@@ -388,7 +438,7 @@ class Run:
         else:
             data = base.flat[offs]
         self.collective_counts(op, base, offs, chunk or base.itemsize, False, role,
-                               shape if role == "column" else None)
+                               shape if role == "column" else None, own)
         return data.reshape(shape)
 
     def global_write(self, op, base, offs, values, lanes) -> None:
@@ -569,30 +619,36 @@ def _subview(run, op, mask):
     return View(base, offsets, shape, len(base.shape) - len(shape))
 
 
+def _aligned_pieces(dbase, doffs, sbase, soffs, chunk: int) -> bool:
+    """Whether ``chunk``-byte pieces of the copy are contiguous and naturally aligned in both
+    buffers (hardware.md: cp.async copies 4, 8 or 16 aligned bytes)."""
+    size = dbase.itemsize
+    per = chunk // size
+    if chunk < size or per == 0 or doffs.size % per:
+        return False
+    for base, offs in ((dbase, doffs), (sbase, soffs)):
+        pieces = offs.reshape(-1, per)
+        if ((base.base + pieces[:, 0] * size) % chunk).any() or (pieces != pieces[:, :1] + np.arange(per)).any():
+            return False
+    return True
+
+
 def _copy_chunk(run, op, dbase, doffs, sbase, soffs) -> int:
-    """The cp.async size (16, 8 or 4 bytes, or one element) of a copy: the largest whose
-    pieces are contiguous and naturally aligned in both the source and the destination
-    (hardware.md: cp.async copies 4, 8 or 16 aligned bytes)."""
+    """The cp.async piece size of a copy: its ``bytes`` attribute, which must fit the data (a
+    KernelError otherwise), or else the largest of 16, 8, 4 bytes whose pieces fit (else one
+    element)."""
     key = ("chunk", op, dbase.layout_key, int(doffs[0]), sbase.layout_key,
            (sbase.base + int(soffs[0]) * sbase.itemsize) % 16, doffs.size)
     hit = run._cache.get(key)
     if hit is None:
-        size = dbase.itemsize
-        hit = size
-        for chunk in (16, 8, 4):
-            per = chunk // size
-            if chunk < size or per == 0 or doffs.size % per:
-                continue
-            ok = True
-            for base, offs in ((dbase, doffs), (sbase, soffs)):
-                pieces = offs.reshape(-1, per)
-                if ((base.base + pieces[:, 0] * size) % chunk).any() or \
-                        (pieces != pieces[:, :1] + np.arange(per)).any():
-                    ok = False
-                    break
-            if ok:
-                hit = chunk
-                break
+        given = op.attributes.get("bytes")
+        if given is not None and not _aligned_pieces(dbase, doffs, sbase, soffs, given):
+            raise KernelError(f"cp_async copies {given}-byte pieces, but the pieces of this copy ({sbase.name} -> "
+                              f"{dbase.name}, in tile {run.tile}) are not contiguous and {given}-byte aligned in "
+                              f"both buffers (hardware.md's cp.async rule)", location=op.location,
+                              fix="align the views (offsets, row lengths, padding) or copy smaller pieces")
+        hit = given or next((c for c in (16, 8, 4) if _aligned_pieces(dbase, doffs, sbase, soffs, c)),
+                            dbase.itemsize)
         run._cache[key] = hit
     return hit
 
@@ -607,6 +663,8 @@ def _cp_async(run, op, mask):
         raise KernelError(f"cp_async copies global memory into shared memory of the same size; got "
                           f"{src.space} {list(getattr(src, 'shape', ()))} -> {dbase.space} {list(dst.shape)}",
                           location=op.location, fix="copy a slice of the global buffer of the shared buffer's size")
+    if op.attributes.get("transpose"):  # the destination's offsets in the source's row-major order
+        doffs = doffs.reshape(dst.shape).T.reshape(-1)
     chunk = _copy_chunk(run, op, dbase, doffs, sbase, soffs)
     data = run.collective_read(op, src, "cp.async reads", chunk=chunk)
     if run.checks:
@@ -644,7 +702,10 @@ def _fill(run, op, mask):
 
 
 def _frag_load(run, op, mask):
-    return run.collective_read(op, run.env[op.operands[0]], "frag_load reads")
+    layout = run.layout(op)
+    shape = op.results[0].type.shape
+    return run.collective_read(op, run.env[op.operands[0]], "frag_load reads", role="owned" if layout else "rowmajor",
+                               own=run.owned(op, shape, "fragment") if layout else None)
 
 
 def _frag_store(run, op, mask):
@@ -659,16 +720,23 @@ def _frag_store(run, op, mask):
     else:
         run.global_write(op, base, offs, convert(frag.reshape(-1), base.array.dtype),
                          run.chunk_lanes(offs.size, base.itemsize, base.itemsize))
-    run.collective_counts(op, base, offs, base.itemsize, True)
+    layout = run.layout(op)
+    run.collective_counts(op, base, offs, base.itemsize, True, "owned" if layout else "rowmajor",
+                          own=run.owned(op, view.shape, "fragment") if layout else None)
     return None
 
 
 def _mma(run, op, mask):
     a, b, acc = (run.env[v] for v in op.operands)
+    layout, k_major = run.layout(op), op.attributes.get("transpose_a", False)
     if not isinstance(a, np.ndarray):
-        a = run.collective_read(op, a, "mma reads", role="column")
+        a = run.collective_read(op, a, "mma reads", role="owned a" if layout else "column",
+                                own=run.owned(op, a.shape, "a", k_major) if layout else None)
     if not isinstance(b, np.ndarray):
-        b = run.collective_read(op, b, "mma reads")
+        b = run.collective_read(op, b, "mma reads", role="owned b" if layout else "rowmajor",
+                                own=run.owned(op, b.shape, "b") if layout else None)
+    if k_major:
+        a = a.T
     M, K = a.shape
     run.counters.flops += 2 * M * K * b.shape[1]
     return convert(_mma_values(a, b, acc, op.attributes["accum"]), _dtype(op.results[0].type))

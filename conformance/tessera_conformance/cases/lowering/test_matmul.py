@@ -61,7 +61,7 @@ def test_the_cp_async_pipeline(backend, stages, padding, swizzle):
     assert_bits(got[0], fma_chain(a, b).astype(np.float32))
     assert findings(backend, reports[0]) == []
     before, body, after = _loop(tile_funcs(program)[0])
-    assert before[:2] == [f"alloc {stages}x32x16xf32 pad={padding} {swizzle}",
+    assert before[:2] == [f"alloc {stages}x16x32xf32 pad={padding} {swizzle}",  # A k-major (LOWER-MATMUL-5)
                           f"alloc {stages}x16x32xf32 pad={padding} {swizzle}"]
     assert before.count("cp_async_commit") == stages - 1
     assert [x for x in body if not isinstance(x, list)] == [f"cp_async_wait {stages - 2}", "barrier", "if",
@@ -94,19 +94,22 @@ def test_the_pipeline_barrier_is_what_makes_it_correct(backend, stages):
     planted_race(backend, program, (a, b), '"tessera.tile.barrier"', '"tessera.tile.for"')
 
 
-@clause("LOWER-MATMUL-3", "LOWER-EXACT-1")
+@clause("LOWER-MATMUL-3", "LOWER-MATMUL-5", "LOWER-EXACT-1")
+@pytest.mark.parametrize("lanes", [256, 128])
 @pytest.mark.parametrize("fmt", ["f16", "bf16", "fp8_e4m3", "fp8_e5m2", "f32"])
-def test_a_narrow_result_goes_through_an_accum_tile_rounded_once(backend, fmt):
+def test_a_narrow_result_goes_through_an_accum_tile_rounded_once(backend, fmt, lanes):
+    """With 256 lanes a 16 x 16 tile has one element per lane (cyclic fragments): the shared
+    accum tile; with 128, register-blocked fragments stored straight into D. Same bits."""
     span = {"fp8_e4m3": 6, "fp8_e5m2": 6}.get(fmt, 64)
     a = round_to(RNG.integers(-span, span + 1, (32, 64)) / 4, fmt)
     b = round_to(RNG.integers(-span, span + 1, (64, 32)) / 4, fmt)
-    got, _, program = lowered(backend, mm, a, b, directives=dict(tile=(16, 16, 32)))
+    got, _, program = lowered(backend, mm, a, b, directives=dict(tile=(16, 16, 32), lanes=lanes))
     assert got[0].dtype == dtype(fmt)
     assert_bits(got[0], round_to(fma_chain(a, b), fmt))
     assert_bits(got, graph(mm, a, b))
     before, _, after = _loop(tile_funcs(program)[0])
     accum_tile = "alloc 16x16xf32 pad=0 none"
-    assert (accum_tile in before) == (fmt != "f32")
+    assert (accum_tile in before) == (fmt != "f32" and lanes == 256)
 
 
 @clause("LOWER-MATMUL-3", "LOWER-EXACT-1")
@@ -131,8 +134,9 @@ def test_a_narrow_c_enters_the_accumulator_exactly(backend, fmt):
      (2, 2, 2)),
 ])
 def test_batches_broadcast_and_transposes(backend, sa, sb, flags, directives, grid):
-    """Output matrix p on grid axis 2, each operand's matrix by NumPy broadcasting; a transposed
-    operand staged by a transposing lane copy; the bits of the untransposed fma chains."""
+    """Output matrix p on grid axis 2, each operand's matrix by NumPy broadcasting; an operand
+    whose stored orientation is not its staged one (A is staged k-major, LOWER-MATMUL-5)
+    copied by a transposing cp.async; the bits of the untransposed fma chains."""
     a, b = sixteenths(RNG, sa), sixteenths(RNG, sb)
     f = lambda a, b: op.matmul(a, b, **flags)  # noqa: E731
     got, reports, program = lowered(backend, f, a, b, directives=directives)
@@ -146,11 +150,21 @@ def test_batches_broadcast_and_transposes(backend, sa, sb, flags, directives, gr
         want[idx] = fma_chain(ta[idx], tb[idx]).astype(np.float32)
     assert_bits(got[0], want)
     assert_bits(got, graph(f, a, b))
-    copies = str(program.tile).count('"tessera.tile.cp_async"')
-    transposed = sum(bool(flags.get(k)) for k in ("transpose_a", "transpose_b"))
-    if directives.get("shared", True) and transposed:
-        plain = lowered(backend, mm, np.swapaxes(a, -1, -2).copy() if flags.get("transpose_a") else a,
-                        np.swapaxes(b, -1, -2).copy() if flags.get("transpose_b") else b,
-                        directives=directives)[2]
-        assert copies < str(plain.tile).count('"tessera.tile.cp_async"')  # lane copies in place of cp.async
+    text = str(program.tile)
+    copies, flipped = text.count('"tessera.tile.cp_async"'), text.count("transpose = true}")
+    if directives.get("shared", True):
+        flips = (not flags.get("transpose_a")) + bool(flags.get("transpose_b"))
+        assert flipped == copies // 2 * flips  # two copies per issue, A's first
     assert schedule_of(kernels(program)[0])["op"] == "matmul"
+
+
+@clause("LOWER-MATMUL-6", "LOWER-EXACT-1")
+def test_a_tensor_core_policy_lowers_to_the_models_bits(backend):
+    import tessera_ref as t
+    pol = t.Policy("bf16", accum="tc:sm80")
+    a = t.asarray(round_to(RNG.standard_normal((32, 64)), "bf16"), policy=pol)
+    b = t.asarray(round_to(RNG.standard_normal((64, 32)), "bf16"), policy=pol)
+    got, reports, program = lowered(backend, mm, a, b, directives=dict(tile=(32, 32, 16), lanes=128))
+    assert_bits(got, graph(mm, a, b))
+    assert findings(backend, reports[0]) == []
+    assert 'accum = "tc:sm80"' in str(program.tile) and "layout = " in str(program.tile)

@@ -55,7 +55,7 @@ def test_each_kernel_is_a_global_function_of_the_formats_c_type(backend, fmt):
 @pytest.mark.parametrize("padding, swizzle", [(0, "none"), (1, "none"), (0, "xor")])
 def test_shared_buffers_have_padded_rows_and_swizzled_offsets(backend, padding, swizzle):
     text, _ = _target(backend, "f16", dict(tile=(32, 32, 16), stages=2, padding=padding, swizzle=swizzle))
-    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 32 * (16 + padding)}\];", text)  # A's ring, rows padded
+    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 16 * (32 + padding)}\];", text)  # A's ring, k-major, padded
     assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 16 * (32 + padding)}\];", text)
     assert ("TSR_SWIZZLE(" in text.split("#include")[-1].split("\n", 1)[1]) == (swizzle == "xor")
     assert re.search(r"\bfloat v\d+\[8\];", text)  # the 32x32 accumulator: 8 elements per thread of 128
@@ -66,7 +66,7 @@ def test_a_buffer_carried_through_a_loop_is_a_pointer_swapped_in_parallel():
     from ..tiles.test_frontend import axpy_db
     text = axpy_db.inspect_ir("target")
     m = re.search(r"__half\* (\w+) = &(v\d+)\[0\];\s*__half\* (\w+) = &(v\d+)\[0\];\s*(v\d+) = \1;\s*(v\d+) = \3;",
-                  text.split("for (long v")[1])
+                  re.split(r"for \((?:int|long) v", text)[1])
     assert m and {m.group(2), m.group(4)} == {m.group(5), m.group(6)} and m.group(2) != m.group(5)
 
 
@@ -98,7 +98,10 @@ NARROW(__nv_bfloat16, unsigned short)
 NARROW(__nv_fp8_e4m3, unsigned char)
 NARROW(__nv_fp8_e5m2, unsigned char)
 template <class T, class S> T tsr_cvt(S);
-template <int BYTES, class T> void tsr_cp_async(T*, const T*);
+template <int N> void tsr_cp_async(void*, const void*);
+struct float2 { float x, y; }; struct float4 { float x, y, z, w; }; struct double2 { double x, y; };
+struct uint2 { unsigned x, y; }; struct uint4 { unsigned x, y, z, w; };
+float2 make_float2(float, float); float4 make_float4(float, float, float, float); double2 make_double2(double, double);
 #define TSR_INFF 1.0f
 #define TSR_INF 1.0
 inline void tsr_cp_async_commit() {}
@@ -135,7 +138,7 @@ STAND_IN = r'''
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 template <class T, class S> __device__ T tsr_cvt(S x) { return T(x); }
-template <int BYTES, class T> __device__ void tsr_cp_async(T* d, const T* s) { *d = *s; }
+template <int N> __device__ void tsr_cp_async(void* d, const void* s) { memcpy(d, s, N); }
 #define TSR_INFF __int_as_float(0x7f800000)
 #define TSR_INF __longlong_as_double(0x7ff0000000000000LL)
 __device__ inline void tsr_cp_async_commit() {}
