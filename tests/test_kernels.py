@@ -173,13 +173,16 @@ def test_empty_axes():
 def test_kernels_update_out_in_place():
     rng = np.random.default_rng(8)
     A, B, C = spread(rng, (2, 3, 10), -8, 8), spread(rng, (2, 10, 4), -8, 8), spread(rng, (2, 3, 4), -8, 8)
-    out = C.copy()
-    kernels.dot_rows_fma_f32(out, A, B)
-    assert identical(out, fma_chain(A, B, C))
+    for hardware in (True, False):  # the packed kernel's fma, then the emulation
+        out = C.copy()
+        kernels.dot_rows(out, A, B, exact_products=False, hardware=hardware)
+        assert identical(out, fma_chain(A, B, C))
     A, B, C = A.astype(np.float16), B.astype(np.float16), C.astype(np.float16)  # exact products
-    out = C.astype(np.float32)
-    kernels.dot_rows_exact(out, A.astype(np.float32), B.astype(np.float32))
-    assert identical(out, fma_chain(A, B, C))
+    for hardware in (True, False):  # fma, then multiply-then-add
+        out = C.astype(np.float32)
+        kernels.dot_rows(out, A.astype(np.float32), B.astype(np.float32), exact_products=True,
+                         hardware=hardware)
+        assert identical(out, fma_chain(A, B, C))
 
 
 def test_one_thread_and_many_give_the_same_bits():

@@ -1,32 +1,44 @@
 """Compiled inner loops of the canonical dot product (NUM-RED-1) and of the lane fold of the
 canonical axis reduction (NUM-RED-2), bit-identical to the rules.
 
-:func:`~tessera_ref.numerics.reduce.dot_canonical` calls these for its two common cases:
+:func:`dot_rows` runs :func:`~tessera_ref.numerics.reduce.dot_canonical`'s two common cases:
 
-- :func:`dot_rows_exact` — every product is exact in the accumulation format (f32 or f64):
-  each fma is multiply-then-add there, the addition being the one rounding.
-- :func:`dot_rows_fma_f32` — f32 accumulation of f32 values whose products need not be
-  exact in f32: each fma is emulated as in :func:`~tessera_ref.numerics.arith.fma`.
+- every product exact in the accumulation format (f32 or f64): each fma is multiply-then-add
+  there, the addition being the one rounding (and the fma gives the same bits);
+- f32 accumulation whose products need not be exact in f32: each step is the fma.
+
+Both run :func:`~tessera_ref.numerics.packed_gemm.gemm_packed`, the fma being the
+platform's (``llvm.fma``: x86-64's ``vfmadd``, aarch64's ``fmla``, or libm's ``fmaf``) once
+:func:`hardware_fma` has checked it rounds once, as IEEE 754 specifies. Where it does not,
+:func:`dot_rows_fma_f32` emulates each fma exactly (about ten f64 operations per fma), and a
+warning says so once.
 
 :func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation.
 
-The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators, overwritten
-with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output element the k
-loop runs sequentially in ascending order; only output rows are distributed over threads
-(``prange``), and no element's operations depend on which thread runs them, so the bits do
-not depend on the thread count. The loop order is row ``i``, then ``k``, then ``j`` with the
-``j`` loop over contiguous memory, branch-free, so LLVM vectorizes it. ``fastmath`` is off
-(no reassociation, no contraction, subnormals kept) and nothing calls BLAS or libm. Compiled
-code is cached on disk (``cache=True``): the first call in a fresh environment compiles,
-later processes load it.
+The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators,
+overwritten with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output
+element the k loop runs sequentially in ascending order; threads take whole output rows or
+tiles (``prange``), and no element's operations depend on which thread runs them, so the
+bits do not depend on the thread count. ``fastmath`` is off (no reassociation, no
+contraction, subnormals kept) and nothing calls BLAS. Compiled code is cached on disk
+(``cache=True``): the first call in a fresh environment compiles, later processes load it.
 """
 from __future__ import annotations
+
+import functools
+import os
+import warnings
 
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-__all__ = ["dot_rows_exact", "dot_rows_fma_f32", "lane_fold"]
+from .packed_gemm import gemm_packed
+
+__all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "FMA_ENV"]
+
+#: Set to ``emulate`` to use the emulated fma even where the hardware's is exact (tests).
+FMA_ENV = "TESSERA_REF_FMA"
 
 
 @intrinsic
@@ -49,26 +61,6 @@ def _bits_f64(typingctx, x):
     def codegen(context, builder, signature, args):
         return builder.bitcast(args[0], context.get_value_type(types.float64))
     return types.float64(types.int64), codegen
-
-
-@njit(cache=True, parallel=True)
-def dot_rows_exact(out, A, B):
-    """``out[b, i, j] = out[b, i, j] + A[b, i, k]·B[b, k, j]`` for k ascending, each product
-    and sum one IEEE operation in ``out``'s dtype (f32 or f64, as are ``A`` and ``B``).
-
-    This is the fma of NUM-RED-1 only when every product is exact in that format, which the
-    caller establishes (``_products_exact`` in :mod:`~tessera_ref.numerics.reduce`).
-    """
-    nb, M, N = out.shape
-    K = A.shape[2]
-    for r in prange(nb * M):
-        b, i = divmod(np.int64(r), M)  # the prange index may be unsigned
-        acc = out[b, i]
-        for k in range(K):
-            a = A[b, i, k]
-            row = B[b, k]
-            for j in range(N):
-                acc[j] = acc[j] + a * row[j]
 
 
 @njit(cache=True, parallel=True)
@@ -102,6 +94,98 @@ def dot_rows_fma_f32(out, A, B):
                 sb = _f64_bits(s)
                 toward_zero = np.int64((sb ^ _f64_bits(e)) < 0) & inexact
                 acc[j] = np.float32(_bits_f64((sb - toward_zero) | inexact))
+
+
+def _f32(*bits):
+    return np.array(bits, np.uint32).view(np.float32)
+
+
+# (a, b, c, fma(a, b, c)) as f32 bits, each worked out by hand; ``a·b + c`` rounded twice
+# (multiply, then add) gives other bits in the three marked *.
+_HARD_CASES = np.array([
+    (0x3F800800, 0x3F800800, 0xBF801000, 0x33800000),  # * (1+2^-12)^2 - (1+2^-11) = 2^-24
+    (0x3F800800, 0x3F800800, 0x00000000, 0x3F801000),  # the tie 1+2^-11+2^-24 goes to even
+    (0x3F800001, 0x3F7FFFFF, 0xBF800000, 0x337FFFFE),  # * (1+2^-23)(1-2^-24) - 1 = 2^-24 - 2^-47
+    (0x1A000000, 0x1A400000, 0x00000000, 0x00000001),  # 2^-75 · 1.5·2^-75 = 0.75·2^-149 -> 2^-149
+    (0x7F000000, 0x40000000, 0xFF000000, 0x7F000000),  # * 2^127·2 - 2^127 = 2^127: no overflow inside
+    (0x1A000000, 0x1A000000, 0x00000000, 0x00000000),  # 2^-150: the tie goes to +0 (even)
+    (0x7F000000, 0x40000000, 0x00000000, 0x7F800000),  # 2^128 overflows to +inf
+    (0x3F800000, 0x3F800000, 0xBF800000, 0x00000000),  # 1·1 - 1 = +0
+    (0x80000000, 0x3F800000, 0x80000000, 0x80000000),  # -0·1 + -0 = -0
+    (0x80000000, 0x3F800000, 0x00000000, 0x00000000),  # -0·1 + +0 = +0
+    (0x7F800000, 0x00000000, 0x3F800000, 0x7FC00000),  # inf·0 + 1 = NaN
+    (0x7F800000, 0x3F800000, 0xFF800000, 0x7FC00000),  # inf - inf = NaN
+    (0x7F800000, 0x3F800000, 0x3F800000, 0x7F800000),  # inf·1 + 1 = inf
+    (0x7FC00000, 0x3F800000, 0x3F800000, 0x7FC00000),  # NaN propagates
+    (0x00000001, 0x3F000000, 0x00000000, 0x00000000),  # 2^-149 / 2: the tie goes to +0
+    (0x00000003, 0x3F000000, 0x00000000, 0x00000002),  # 1.5·2^-149: the tie goes to 2 (even)
+], dtype=np.uint32)
+
+
+def _self_test() -> bool:
+    """Whether ``gemm_packed``'s fused f32 path gives the hand-computed bits of
+    ``_HARD_CASES`` and the emulated fma's (:func:`~tessera_ref.numerics.arith.fma`) on
+    every pair of them and on adversarial random triples (products far below the addend,
+    subnormal and overflowing results, signed zeros).
+
+    Each triple is a diagonal element of a ``[T, 1] @ [1, T] + C`` product (K = 1), so every
+    (a_i, b_j, C_ij) combination runs through the very vector code the kernel uses."""
+    from .arith import canonical_nan, fma
+
+    rng = np.random.default_rng(18)
+
+    def spread(lo, hi, n=240):
+        return (rng.standard_normal(n) * np.exp2(rng.integers(lo, hi, n))).astype(np.float32)
+    hard = _HARD_CASES.T.copy().view(np.float32)
+    a = np.concatenate([hard[0], spread(-80, 70), _f32(0, 0x80000000, 0x7F800000, 0xFF800000)])
+    b = np.concatenate([hard[1], spread(-80, 70), _f32(0x80000000, 0, 0xFF800000, 0x3F800000)])
+    T = a.size
+    c = spread(-60, 60, T)[:, None] * (rng.random((T, T)) < 0.5).astype(np.float32)
+    c[np.arange(T), np.arange(T)] = np.concatenate(
+        [hard[2], spread(-149, 127), _f32(0x80000000, 0x80000000, 0x7F800000, 0x7F800000)])
+    out = c[None].copy()
+    gemm_packed(out, a[None, :, None], b[None, None, :], True)
+    got = canonical_nan(out[0])
+    diagonal = got[np.arange(len(hard[3])), np.arange(len(hard[3]))]
+    return got.tobytes() == fma(a[:, None], b[None, :], c).tobytes() and \
+        diagonal.tobytes() == hard[3].tobytes()
+
+
+@functools.cache
+def _hardware_fma_checked() -> bool:
+    if _self_test():
+        return True
+    warnings.warn("this platform's fused multiply-add does not round once as IEEE 754 "
+                  "specifies: tessera_ref emulates each f32 fma (same bits, about 10x slower)",
+                  RuntimeWarning, stacklevel=3)
+    return False
+
+
+def hardware_fma() -> bool:
+    """Whether the platform's f32 fma is exact (checked once per process, on first use,
+    against hand-computed bits and the emulated fma) and not switched off by
+    ``TESSERA_REF_FMA=emulate``."""
+    if os.environ.get(FMA_ENV, "").lower() == "emulate":
+        return False
+    return _hardware_fma_checked()
+
+
+def dot_rows(out: np.ndarray, A: np.ndarray, B: np.ndarray, *, exact_products: bool,
+             hardware: bool | None = None) -> None:
+    """``out[b, i, j] = fma(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, in
+    place (NUM-RED-1; arrays as in the module docstring, all f32 or all f64).
+
+    ``exact_products`` says every product is exact in ``out``'s format (the caller
+    establishes it); f64 accumulation needs it. ``hardware`` chooses the platform's fma
+    (default: where :func:`hardware_fma` says it is exact); ``False`` runs the emulation
+    (f32 with inexact products) or multiply-then-add (exact products)."""
+    use_fma = hardware_fma() if hardware is None else hardware
+    if exact_products:
+        gemm_packed(out, A, B, use_fma and out.dtype == np.float32)
+    elif use_fma:
+        gemm_packed(out, A, B, True)
+    else:
+        dot_rows_fma_f32(out, A, B)
 
 
 @njit(cache=True)

@@ -184,7 +184,7 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
     fewer than ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits, less wait)."""
     import numba  # loaded on the first dot product, not with the package
 
-    from .kernels import dot_rows_exact, dot_rows_fma_f32
+    from .kernels import dot_rows
 
     batch, (M, N), K = acc.shape[:-2], acc.shape[-2:], A.shape[-1]
     nb = int(np.prod(batch, dtype=np.int64))
@@ -197,8 +197,7 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
     if nb * M * N * K < _PARALLEL_MIN_FMAS:
         numba.set_num_threads(1)  # this Python thread only; restored below
     try:
-        (dot_rows_exact if exact else dot_rows_fma_f32)(out.reshape((nb, M, N)), rows(A, (M, K)),
-                                                        rows(B, (K, N)))
+        dot_rows(out.reshape((nb, M, N)), rows(A, (M, K)), rows(B, (K, N)), exact_products=exact)
     finally:
         numba.set_num_threads(threads)
     return out

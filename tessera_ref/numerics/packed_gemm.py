@@ -1,0 +1,176 @@
+"""A register-blocked, packed matrix product whose every output element sees NUM-RED-1's
+order: ``acc = op(a_k, b_k, acc)`` for ``k = 0 … K−1``, one element at a time, never split.
+
+The structure is a BLAS micro-kernel's without splitting K. ``A`` is packed into panels of
+``MR`` rows (``Ap[b, i // MR, k, i % MR]``), ``B`` into panels of ``NR`` columns (``Bp[b,
+j // NR, k, j % NR]``), and the output into a padded copy whose rows are ``NR``-multiples
+(padding holds zeros and is dropped). One call of :func:`_micro_tile` walks k from 0 to K−1
+over one ``MR × NR`` output tile kept in vector registers: per k, ``NR/W`` vectors of
+``B``'s row, and for each of the ``MR`` rows the broadcast ``a_k`` and one operation per
+vector. Every lane of every vector is one output element's own chain, so the vectorization
+changes no bit.
+
+``op`` is chosen per call: the fused ``llvm.fma`` (one rounding; exact only where the
+platform's fma is, which :func:`~tessera_ref.numerics.kernels.hardware_fma` checks before
+it is used) or a multiply then an add (two IEEE operations: NUM-RED-1's fma only when every
+product is exact). The LLVM IR is written here, not left to the loop vectorizer, so the
+operations are exactly those: no fast-math flags, no contraction of the separate multiply
+and add. Threads (``prange``) take whole output tiles, so the bits do not depend on the
+thread count.
+"""
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+__all__ = ["gemm_packed", "tile_shape"]
+
+_I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+
+def _vector_bytes() -> int:
+    """The host's widest float vector: AVX-512 (64 bytes), AVX (32) or 16 (SSE, NEON)."""
+    features = llvm.get_host_cpu_features()
+    return 64 if features.get("avx512f") else 32 if features.get("avx") else 16
+
+
+VECTOR_BYTES = _vector_bytes()
+#: Vectors per tile row and rows per tile: 16 vector accumulators with 32 vector registers
+#: (AVX-512), 12 with 16 (AVX, SSE). Measured best of 4-12 rows × 1-3 vectors on AVX-512.
+NV = 2
+MR = 8 if VECTOR_BYTES == 64 else 6
+
+
+def tile_shape(dtype) -> tuple[int, int]:
+    """``(MR, NR)``: the output tile one micro-kernel call keeps in registers."""
+    return MR, NV * VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def _emit_k_loop(builder, init, a_at, b_at, K, combine, pre, exit_block):
+    """The k loop over one tile: phis carry the ``MR × NV`` accumulator vectors; each step
+    loads ``B``'s NV vectors and each row's broadcast ``a_k`` and combines them. Returns the
+    loop header (the exit's predecessor) and the accumulator phis (the values at exit)."""
+    fn = builder.function
+    header, body = fn.append_basic_block("tile.k"), fn.append_basic_block("tile.step")
+    builder.branch(header)
+    builder.position_at_end(header)
+    k = builder.phi(_I64)
+    k.add_incoming(_I64(0), pre)
+    accs = [[builder.phi(v.type) for v in row] for row in init]
+    for row, phis in zip(init, accs):
+        for v, phi in zip(row, phis):
+            phi.add_incoming(v, pre)
+    done = builder.icmp_signed(">=", k, K)
+    builder.cbranch(done, exit_block, body)
+    builder.position_at_end(body)
+    bvec = [b_at(k, v) for v in range(len(init[0]))]
+    new = [[combine(a_at(k, r), bvec[v], acc) for v, acc in enumerate(row)]
+           for r, row in enumerate(accs)]
+    end = builder.block
+    k.add_incoming(builder.add(k, _I64(1)), end)
+    for row_phis, row_new in zip(accs, new):
+        for phi, v in zip(row_phis, row_new):
+            phi.add_incoming(v, end)
+    builder.branch(header)
+    return header, accs
+
+
+@intrinsic
+def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
+    """``C[r, j] = op(Ap[k, r], Bp[k, j], C[r, j])`` for k ascending over one ``MR × NR``
+    tile: ``C`` at element ``c_off`` of ``c`` with row stride ``ldc``, the packed panels at
+    ``a_off`` (``K × MR``) and ``b_off`` (``K × NR``); ``op`` is the fma when ``fused``."""
+    dt = c.dtype
+    if not (dt == a.dtype == b.dtype and dt in (types.float32, types.float64)):
+        return None
+    width = VECTOR_BYTES // (dt.bitwidth // 8)
+    nr = NV * width
+    sig = types.void(c, c_off, ldc, a, a_off, b, b_off, K, fused)
+
+    def codegen(context, builder, signature, args):
+        c_arr, c_off_, ldc_, a_arr, a_off_, b_arr, b_off_, K_, fused_ = args
+        fty = context.get_value_type(dt)
+        vty = ir.VectorType(fty, width)
+        align = dt.bitwidth // 8
+
+        def base(i, arr, off):
+            data = context.make_array(signature.args[i])(context, builder, arr).data
+            return builder.gep(data, [off])
+        cb, ab, bb = base(0, c_arr, c_off_), base(3, a_arr, a_off_), base(5, b_arr, b_off_)
+
+        def vec_ptr(ptr, index):
+            return builder.bitcast(builder.gep(ptr, [index]), vty.as_pointer())
+        c_ptrs = [[vec_ptr(cb, builder.add(builder.mul(ldc_, _I64(r)), _I64(v * width)))
+                   for v in range(NV)] for r in range(MR)]
+        init = [[builder.load(p, align=align) for p in row] for row in c_ptrs]
+        zeros = ir.Constant(ir.VectorType(_I32, width), [0] * width)
+
+        def a_at(k, r):  # a_k of row r, broadcast to every lane
+            x = builder.load(builder.gep(ab, [builder.add(builder.mul(k, _I64(MR)), _I64(r))]))
+            one = builder.insert_element(ir.Constant(vty, ir.Undefined), x, _I32(0))
+            return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
+
+        def b_at(k, v):
+            return builder.load(vec_ptr(bb, builder.add(builder.mul(k, _I64(nr)), _I64(v * width))),
+                                align=align)
+        suffix = f"v{width}f{dt.bitwidth}"
+        fma = builder.module.declare_intrinsic(f"llvm.fma.{suffix}", (),
+                                               ir.FunctionType(vty, [vty] * 3))
+        pre = builder.block
+        fn = builder.function
+        fused_block, plain_block = fn.append_basic_block("tile.fma"), fn.append_basic_block("tile.mul_add")
+        exit_block = fn.append_basic_block("tile.store")
+        builder.cbranch(fused_, fused_block, plain_block)
+        loops = []
+        for block, combine in (
+                (fused_block, lambda x, y, acc: builder.call(fma, [x, y, acc])),
+                (plain_block, lambda x, y, acc: builder.fadd(acc, builder.fmul(x, y)))):
+            builder.position_at_end(block)
+            header, accs = _emit_k_loop(builder, init, a_at, b_at, K_, combine, block, exit_block)
+            loops.append((header, accs))
+        builder.position_at_end(exit_block)
+        results = []
+        for r in range(MR):
+            for v in range(NV):
+                phi = builder.phi(vty)
+                for header, accs in loops:
+                    phi.add_incoming(accs[r][v], header)
+                results.append((phi, c_ptrs[r][v]))
+        for value, ptr in results:
+            builder.store(value, ptr, align=align)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, parallel=True)
+def gemm_packed(out, A, B, fused):
+    """``out[b, i, j] = op(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, ``op``
+    the fma when ``fused`` else multiply-then-add, each rounded in ``out``'s dtype (f32 or
+    f64, as are ``A`` and ``B``; ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb, K, N]``)."""
+    nb, M, N = out.shape
+    K = A.shape[2]
+    dt = out.dtype
+    mr, nr = MR, NV * VECTOR_BYTES // A.itemsize
+    mt, nt = (M + mr - 1) // mr, (N + nr - 1) // nr
+    ldc = nt * nr
+    Ap = np.zeros((nb, mt, K, mr), dt)
+    Bp = np.zeros((nb, nt, K, nr), dt)
+    Cp = np.zeros((nb, mt * mr, ldc), dt)
+    for b in range(nb):
+        for i in range(M):
+            for k in range(K):
+                Ap[b, i // mr, k, i % mr] = A[b, i, k]
+        for k in range(K):
+            for j in range(N):
+                Bp[b, j // nr, k, j % nr] = B[b, k, j]
+        Cp[b, :M, :N] = out[b]
+    for t in prange(nb * nt * mt):  # tiles, column panel outer: B's panel stays in cache
+        b, rest = divmod(np.int64(t), nt * mt)  # the prange index may be unsigned
+        jt, it = divmod(rest, mt)
+        _micro_tile(Cp, (b * mt + it) * mr * ldc + jt * nr, ldc, Ap, (b * mt + it) * K * mr,
+                    Bp, (b * nt + jt) * K * nr, K, fused)
+    for b in range(nb):
+        out[b] = Cp[b, :M, :N]
