@@ -6,11 +6,16 @@ References: an exact-fma chain on ``fractions.Fraction`` rounded by
 also gives IEEE's inf/NaN results. Bits must match exactly, and must not depend on the
 number of numba threads.
 """
+import os
+import pathlib
+import subprocess
+import sys
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from determinism import digests_across_environments
 from tessera_ref.numerics import kernels, reduce
@@ -217,3 +222,126 @@ print(h.hexdigest())
 def test_bits_do_not_depend_on_the_numba_thread_count():
     first, second = digests_across_environments(_SCRIPT)  # 1 thread, then 2
     assert first == second
+
+
+# -- the platform's fma and its fallback --------------------------------------------------------
+
+def test_hard_cases_are_what_exact_rationals_say():
+    # the self-test's hand-computed table, checked independently: finite rows by rationals
+    # (sign of a zero by hand), inf/NaN rows by IEEE's rules
+    for a, b, c, want in kernels._HARD_CASES.view(np.float32):
+        if np.isfinite([a, b, c]).all():
+            exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+            if exact == 0:
+                expected_sign = np.signbit(a) != np.signbit(b) and np.signbit(c)  # -0 only from -0 + -0
+                assert want == 0 and np.signbit(want) == expected_sign
+            elif abs(exact) >= Fraction(2) ** 128:
+                assert want == np.inf * np.sign(float(exact))
+            else:
+                assert R.round_f32(exact).view(np.uint32) == want.view(np.uint32)
+        else:
+            with np.errstate(all="ignore"):
+                ieee = np.float64(a) * np.float64(b) + np.float64(c)  # exact in f64 here
+            assert identical(np.float32(ieee) if not np.isnan(ieee) else np.float32(np.nan), want)
+    a, b, c, want = kernels._HARD_CASES.T.copy().view(np.float32)
+    with np.errstate(all="ignore"):
+        twice = a * b + c  # multiply, then add: other bits in the cases the table marks
+    assert (twice.view(np.uint32) != want.view(np.uint32)).sum() >= 3
+
+
+def test_the_packed_kernel_gives_the_hard_cases():
+    a, b, c, want = kernels._HARD_CASES.T.copy().view(np.float32)
+    for hardware in (True, False):  # the platform's fma, then the emulation
+        got = []
+        for t in range(a.size):  # one 1x1x1 product per case
+            out = c[t].reshape(1, 1, 1).copy()
+            kernels.dot_rows(out, a[t].reshape(1, 1, 1), b[t].reshape(1, 1, 1),
+                             exact_products=False, hardware=hardware)
+            got.append(out.ravel()[0])
+        assert identical(reduce.canonical_nan(np.float32(got)), want)
+
+
+def test_the_self_test_passes_here_and_rejects_a_double_rounding_fma(monkeypatch):
+    assert kernels._self_test()
+    exact_kernel = kernels.gemm_packed
+    monkeypatch.setattr(kernels, "gemm_packed", lambda o, a, b, fused: exact_kernel(o, a, b, False))
+    assert not kernels._self_test()  # multiply-then-add: two roundings
+
+
+def test_an_inexact_fma_falls_back_to_the_emulation_and_warns_once(monkeypatch):
+    monkeypatch.setattr(kernels, "_self_test", lambda: False)
+    kernels._hardware_fma_checked.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="emulates each f32 fma"):
+            assert not kernels.hardware_fma()
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not kernels.hardware_fma()  # decided once: no second warning
+        rng = np.random.default_rng(11)
+        a, b, c = spread(rng, (13, 40)), spread(rng, (40, 35)), spread(rng, (13, 35))
+        assert identical(dot_canonical(a, b, c=c), fma_chain(a, b, c))
+    finally:
+        kernels._hardware_fma_checked.cache_clear()
+
+
+def test_the_environment_switch_forces_the_emulation(monkeypatch):
+    monkeypatch.setenv(kernels.FMA_ENV, "emulate")
+    assert not kernels.hardware_fma()
+    monkeypatch.delenv(kernels.FMA_ENV)
+    assert kernels.hardware_fma()
+
+
+_F32_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0 ** -149, -(2.0 ** -149), 2.0 ** -126,
+                 3.4e38, -3.4e38, 1.0, -1.0]
+
+
+@st.composite
+def _operands(draw):
+    """Shapes around the micro-tile (K = 0 included) and f32 values over every binade, with
+    subnormals, signed zeros, infinities and NaNs."""
+    nb, M, K, N = (draw(st.integers(1, 2)), draw(st.integers(0, 19)), draw(st.integers(0, 12)),
+                   draw(st.integers(0, 70)))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+
+    def values(shape):
+        with np.errstate(over="ignore"):  # overflowing draws are infinities, wanted too
+            x = spread(rng, shape, -150, 128)
+        pick = rng.random(shape) < draw(st.sampled_from([0.0, 0.05, 0.3]))
+        x[pick] = rng.choice(np.float32(_F32_SPECIALS), int(pick.sum()))
+        return x
+    return values((nb, M, K)), values((nb, K, N)), values((nb, M, N))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_operands())
+def test_packed_kernel_matches_the_emulation(ops):
+    A, B, C = ops
+    with np.errstate(all="ignore"):
+        hw, emulated = C.copy(), C.copy()
+        kernels.dot_rows(hw, A, B, exact_products=False, hardware=True)
+        kernels.dot_rows(emulated, A, B, exact_products=False, hardware=False)
+    assert identical(reduce.canonical_nan(hw), reduce.canonical_nan(emulated))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_operands())
+def test_packed_kernel_with_exact_products_matches_the_fma_chain(ops):
+    with np.errstate(all="ignore"):
+        A, B, C = (x.astype(np.float16).astype(np.float32) for x in ops)  # exact products
+        want = fma_chain(A, B, C)
+        for hardware in (True, False):
+            out = C.copy()
+            kernels.dot_rows(out, A, B, exact_products=True, hardware=hardware)
+            assert identical(reduce.canonical_nan(out), want)
+
+
+def test_the_emulation_switch_gives_the_same_bits_in_a_fresh_process():
+    plain = digests_across_environments(_SCRIPT)[0]
+    env = dict(os.environ, **{kernels.FMA_ENV: "emulate"},
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == plain
