@@ -15,8 +15,8 @@ platform's fma is, which :func:`~tessera_ref.numerics.kernels.hardware_fma` chec
 it is used) or a multiply then an add (two IEEE operations: NUM-RED-1's fma only when every
 product is exact). The LLVM IR is written here, not left to the loop vectorizer, so the
 operations are exactly those: no fast-math flags, no contraction of the separate multiply
-and add. Threads (``prange``) take whole output tiles, so the bits do not depend on the
-thread count.
+and add. Threads (``prange``, in a variant compiled only when asked for) take whole output
+tiles, so the bits do not depend on the thread count.
 """
 from __future__ import annotations
 
@@ -145,32 +145,58 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
     return sig, codegen
 
 
-@njit(cache=True, parallel=True)
-def gemm_packed(out, A, B, fused):
-    """``out[b, i, j] = op(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, ``op``
-    the fma when ``fused`` else multiply-then-add, each rounded in ``out``'s dtype (f32 or
-    f64, as are ``A`` and ``B``; ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb, K, N]``)."""
+@njit(cache=True)
+def _pack(out, A, B):
+    """The packed panels of ``A`` and ``B`` and the padded copy of ``out`` (zeros outside)."""
     nb, M, N = out.shape
     K = A.shape[2]
-    dt = out.dtype
     mr, nr = MR, NV * VECTOR_BYTES // A.itemsize
     mt, nt = (M + mr - 1) // mr, (N + nr - 1) // nr
-    ldc = nt * nr
-    Ap = np.zeros((nb, mt, K, mr), dt)
-    Bp = np.zeros((nb, nt, K, nr), dt)
-    Cp = np.zeros((nb, mt * mr, ldc), dt)
+    Ap = np.zeros((nb, mt, K, mr), out.dtype)
+    Bp = np.zeros((nb, nt, K, nr), out.dtype)
+    Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
     for b in range(nb):
-        for i in range(M):
-            for k in range(K):
-                Ap[b, i // mr, k, i % mr] = A[b, i, k]
-        for k in range(K):
-            for j in range(N):
-                Bp[b, j // nr, k, j % nr] = B[b, k, j]
+        for it in range(mt):
+            for r in range(min(mr, M - it * mr)):
+                Ap[b, it, :, r] = A[b, it * mr + r]
+        for jt in range(nt):
+            w = min(nr, N - jt * nr)
+            Bp[b, jt, :, :w] = B[b, :, jt * nr:jt * nr + w]
         Cp[b, :M, :N] = out[b]
-    for t in prange(nb * nt * mt):  # tiles, column panel outer: B's panel stays in cache
-        b, rest = divmod(np.int64(t), nt * mt)  # the prange index may be unsigned
+    return Ap, Bp, Cp
+
+
+@njit(cache=True)
+def _tiles(Cp, Ap, Bp, fused, first, stop):
+    """Tiles ``first … stop−1`` in the order batch, column panel, row panel (``B``'s panel
+    stays in cache while ``A``'s panels stream past it)."""
+    nb, mt, K, mr = Ap.shape
+    nt, nr = Bp.shape[1], Bp.shape[3]
+    ldc = Cp.shape[2]
+    for t in range(first, stop):
+        b, rest = divmod(t, nt * mt)
         jt, it = divmod(rest, mt)
         _micro_tile(Cp, (b * mt + it) * mr * ldc + jt * nr, ldc, Ap, (b * mt + it) * K * mr,
                     Bp, (b * nt + jt) * K * nr, K, fused)
-    for b in range(nb):
-        out[b] = Cp[b, :M, :N]
+
+
+@njit(cache=True, parallel=True)
+def _tiles_parallel(Cp, Ap, Bp, fused):
+    """:func:`_tiles` over all tiles, one tile per ``prange`` iteration."""
+    count = Ap.shape[0] * Ap.shape[1] * Bp.shape[1]
+    for t in prange(count):
+        _tiles(Cp, Ap, Bp, fused, np.int64(t), np.int64(t) + 1)  # the prange index may be unsigned
+
+
+def gemm_packed(out, A, B, fused: bool, parallel: bool = False) -> None:
+    """``out[b, i, j] = op(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, ``op``
+    the fma when ``fused`` else multiply-then-add, each rounded in ``out``'s dtype (f32 or
+    f64, as are ``A`` and ``B``; C-contiguous ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb,
+    K, N]``). ``parallel`` spreads the tiles over numba's threads (the variant is compiled
+    on its first use); the bits are the same."""
+    Ap, Bp, Cp = _pack(out, A, B)
+    if parallel:
+        _tiles_parallel(Cp, Ap, Bp, fused)
+    else:
+        _tiles(Cp, Ap, Bp, fused, 0, Ap.shape[0] * Ap.shape[1] * Bp.shape[1])
+    out[...] = Cp[:, :out.shape[1], :out.shape[2]]

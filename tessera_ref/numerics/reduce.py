@@ -194,10 +194,12 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
                         order="C")
     out = np.array(acc, order="C")
     threads = numba.get_num_threads()
-    if nb * M * N * K < _PARALLEL_MIN_FMAS:
+    parallel = nb * M * N * K >= _PARALLEL_MIN_FMAS and threads > 1
+    if not parallel:
         numba.set_num_threads(1)  # this Python thread only; restored below
     try:
-        dot_rows(out.reshape((nb, M, N)), rows(A, (M, K)), rows(B, (K, N)), exact_products=exact)
+        dot_rows(out.reshape((nb, M, N)), rows(A, (M, K)), rows(B, (K, N)), exact_products=exact,
+                 parallel=parallel)
     finally:
         numba.set_num_threads(threads)
     return out
