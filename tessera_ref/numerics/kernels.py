@@ -13,7 +13,8 @@ platform's (``llvm.fma``: x86-64's ``vfmadd``, aarch64's ``fmla``, or libm's ``f
 :func:`dot_rows_fma_f32` emulates each fma exactly (about ten f64 operations per fma), and a
 warning says so once.
 
-:func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation.
+:func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation, and
+:func:`bucket_rows` the first stage of NUM-RED-4's exact sum of long rows.
 
 The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators,
 overwritten with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output
@@ -35,7 +36,7 @@ from numba.extending import intrinsic
 
 from .packed_gemm import gemm_packed
 
-__all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "FMA_ENV"]
+__all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "bucket_rows", "FMA_ENV"]
 
 #: Set to ``emulate`` to use the emulated fma even where the hardware's is exact (tests).
 FMA_ENV = "TESSERA_REF_FMA"
@@ -202,3 +203,43 @@ def lane_fold(x, p):
         for j0 in range(0, L, W):
             for lane in range(min(W, L - j0)):
                 lanes[lane] = lanes[lane] + row[j0 + lane]
+
+
+_COPIES = 4  # independent bucket sets: consecutive terms of one binade do not wait on each other
+
+
+@njit(cache=True)
+def bucket_rows(bits, exp_bits, man_bits):
+    """Exact per-row sums of the finite values whose IEEE bits are ``bits [G, L]`` (int32
+    for f32, int64 for f64; ``exp_bits``/``man_bits`` the format's fields; ``L ≤ 2^30``),
+    grouped by exponent field: ``out[g, h, e]`` is the integer sum of the signed
+    significands ``k`` (the implicit bit included) of row ``g``'s values with field ``e``, a
+    value being ``k · 2^(max(e, 1) − 1)`` units. f32 (``|k| < 2^24``) sums ``k`` itself into
+    ``h = 1``; f64 sums ``k >> 26`` into ``h = 0`` and ``k mod 2^26`` into ``h = 1``, so no
+    sum reaches 2^63. Infinities and NaNs (field all ones) are left out. Integer sums are
+    exact in any order, so the ``_COPIES`` interleaved bucket sets change no bit."""
+    G, L = bits.shape
+    fields = 1 << exp_bits
+    special = fields - 1
+    split = man_bits > 32
+    low = np.int64((1 << 26) - 1) if split else np.int64(-1)  # -1: every bit
+    out = np.zeros((G, 2, fields), np.int64)
+    acc = np.zeros((_COPIES, 2, fields), np.int64)
+    for g in range(G):
+        acc[...] = 0
+        row = bits[g]
+        for j in range(L):
+            b = np.int64(row[j])
+            field = (b >> man_bits) & special
+            k = (b & ((np.int64(1) << man_bits) - 1)) | (np.int64(field > 0) << man_bits)
+            sign = b >> 63  # 0 or -1
+            k = (k ^ sign) - sign
+            c = j & (_COPIES - 1)
+            if split:
+                acc[c, 0, field] += k >> 26
+            acc[c, 1, field] += k & low
+        for c in range(_COPIES):
+            for h in range(2):
+                for e in range(special):  # the last field (inf, NaN) is dropped
+                    out[g, h, e] += acc[c, h, e]
+    return out
