@@ -345,3 +345,49 @@ def test_the_emulation_switch_gives_the_same_bits_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == plain
+
+
+# -- compiled bf16/f16 conversions against NumPy's and ml_dtypes' -----------------------------
+
+def _hard_f32_bits() -> np.ndarray:
+    """Every exponent with the mantissas around f16's and bf16's rounding points (ties to odd
+    and even, one ulp off), both signs, plus random bit patterns (NaNs included)."""
+    low = [0, 1, 0xFFF, 0x1000, 0x1001, 0x2000, 0x3000, 0x2FFF, 0x3001, 0x7FFF, 0x8000, 0x8001,
+           0x18000, 0x17FFF, 0x7FFFFF, 0x7FF000, 0x7FEFFF, 0x7F8000, 0x7F7FFF]
+    grid = ((np.arange(256, dtype=np.uint32) << 23)[:, None] | np.uint32(low)[None, :]).ravel()
+    rng = np.random.default_rng(12)
+    rand = rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([grid, grid | np.uint32(0x80000000), rand])
+
+
+@pytest.mark.parametrize("name,dtype,max_code", [("f16", np.float16, 0x7BFF),
+                                                 ("bf16", ml_dtypes.bfloat16, 0x7F7F)])
+def test_compiled_encode_matches_the_libraries(name, dtype, max_code):
+    from tessera_ref.numerics import formats
+    from tessera_ref.numerics.convert import encode
+
+    x = _hard_f32_bits().view(np.float32)
+    nan = np.isnan(x)
+    with np.errstate(all="ignore"):
+        ref = x.astype(dtype).view(np.uint16)  # NumPy's / ml_dtypes' RNE conversion
+    got = encode(x, name)
+    assert (got[~nan] == ref[~nan]).all()
+    fmt = formats.get_format(name)
+    assert (got[nan] == (fmt.nan_code | (x[nan].view(np.uint32) >> 16 & 0x8000))).all()
+    saturated = encode(x, name, overflow="saturate")
+    inf = ~nan & ((ref & 0x7FFF) == fmt.inf_code)
+    assert inf.sum() > 5 and (saturated[inf] == (max_code | (ref[inf] & 0x8000))).all()
+    assert (saturated[~inf] == got[~inf]).all()
+
+
+@pytest.mark.parametrize("name,dtype", [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+def test_compiled_decode_of_every_code(name, dtype):
+    from tessera_ref.numerics.convert import decode
+
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    with np.errstate(all="ignore"):
+        ref = codes.view(dtype).astype(np.float32)
+    got = decode(codes.reshape(256, 256), name).ravel()
+    nan = np.isnan(ref)
+    assert identical(got[~nan], ref[~nan])
+    assert np.isnan(got[nan]).all() and (np.signbit(got[nan]) == np.signbit(ref[nan])).all()

@@ -15,6 +15,8 @@ warning says so once.
 
 :func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation, and
 :func:`bucket_rows` the first stage of NUM-RED-4's exact sum of long rows.
+:func:`bf16_from_f32_rne`, :func:`f32_from_bf16`, :func:`f16_from_f32_rne` and
+:func:`f32_from_f16` are conversions (NUM-CVT) in one pass each.
 
 The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators,
 overwritten with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output
@@ -36,32 +38,30 @@ from numba.extending import intrinsic
 
 from .packed_gemm import gemm_packed
 
-__all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "bucket_rows", "FMA_ENV"]
+__all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "bucket_rows",
+           "bf16_from_f32_rne", "f32_from_bf16", "f16_from_f32_rne", "f32_from_f16", "FMA_ENV"]
 
 #: Set to ``emulate`` to use the emulated fma even where the hardware's is exact (tests).
 FMA_ENV = "TESSERA_REF_FMA"
 
 
-@intrinsic
-def _f64_bits(typingctx, x):
-    """The IEEE bits of an f64 as an int64 (a bitcast, no conversion)."""
-    if x != types.float64:
-        return None
+def _bitcast(src, dst, doc: str):
+    """An intrinsic reinterpreting a ``src`` scalar's bits as ``dst`` (no conversion)."""
+    def bitcast(typingctx, x):
+        if x != src:
+            return None
 
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], context.get_value_type(dst))
+        return dst(src), codegen
+    bitcast.__doc__ = doc
+    return intrinsic(bitcast)
 
 
-@intrinsic
-def _bits_f64(typingctx, x):
-    """The f64 whose IEEE bits are the int64 ``x`` (a bitcast, no conversion)."""
-    if x != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
+_f64_bits = _bitcast(types.float64, types.int64, "The IEEE bits of an f64 as an int64.")
+_bits_f64 = _bitcast(types.int64, types.float64, "The f64 whose IEEE bits are the int64 ``x``.")
+_bits_f32 = _bitcast(types.uint32, types.float32, "The f32 whose IEEE bits are the uint32 ``x``.")
+_f32_bits = _bitcast(types.float32, types.uint32, "The IEEE bits of an f32 as a uint32.")
 
 
 @njit(cache=True, parallel=True)
@@ -243,3 +243,70 @@ def bucket_rows(bits, exp_bits, man_bits):
                 for e in range(special):  # the last field (inf, NaN) is dropped
                     out[g, h, e] += acc[c, h, e]
     return out
+
+
+@njit(cache=True)
+def bf16_from_f32_rne(bits, saturate, out):
+    """``out`` (uint16) ← the bf16 codes of the f32 values whose bits are ``bits`` (uint32,
+    1-D; outputs are allocated by NumPy, whose allocator reuses pages), rounded to nearest
+    even: the top 16 bits plus one when the low 16 bits are above half, or exactly half with
+    an odd top (a carry into the exponent is right; it makes the largest values ±inf). A
+    NaN gives the canonical NaN with its sign; ``saturate`` turns ±inf into ±max (NUM-CVT-3/4)."""
+    for i in range(bits.size):
+        u = bits[i]
+        sign = (u >> 16) & 0x8000
+        mag = u & 0x7FFFFFFF
+        code = (mag + 0x7FFF + ((mag >> 16) & 1)) >> 16
+        if saturate:
+            code = min(code, 0x7F7F)
+        if mag > 0x7F800000:
+            code = 0x7FC0
+        out[i] = code | sign
+
+
+@njit(cache=True)
+def f32_from_bf16(codes, out):
+    """``out`` (uint32, 1-D) ← the f32 bits of bf16 ``codes`` (uint16): the code in the top
+    half."""
+    for i in range(codes.size):
+        out[i] = np.uint32(codes[i]) << np.uint32(16)
+
+
+@njit(cache=True)
+def f16_from_f32_rne(bits, saturate, out):
+    """``out`` (uint16) ← the f16 codes of the f32 values whose bits are ``bits`` (uint32,
+    1-D), rounded to nearest even. From 2^-14 up, the exponent is rebiased (127 → 15) and the
+    low 13 bits rounded off by an integer add whose carry is right (at most 65520 rounds to
+    ±inf); below, ``|x| + 0.5`` in f32 rounds ``|x|`` to a multiple of 2^-24 (the spacing of
+    f32 at 0.5, f16's subnormal quantum), whose count is the code. NaN gives the canonical
+    NaN with its sign; ``saturate`` turns ±inf into ±max (NUM-CVT-3/4)."""
+    for i in range(bits.size):
+        u = bits[i]
+        sign = (u >> 16) & 0x8000
+        mag = u & 0x7FFFFFFF
+        if mag >= 0x38800000:  # 2^-14
+            code = min((mag - 0x38000000 + 0xFFF + ((mag >> 13) & 1)) >> 13, 0x7C00)
+        else:
+            code = _f32_bits(_bits_f32(np.uint32(mag)) + np.float32(0.5)) - 0x3F000000
+        if saturate:
+            code = min(code, 0x7BFF)
+        if mag > 0x7F800000:
+            code = 0x7E00
+        out[i] = code | sign
+
+
+@njit(cache=True)
+def f32_from_f16(codes, out):
+    """``out`` (uint32, 1-D) ← the f32 bits of f16 ``codes`` (uint16), exactly: normal
+    numbers rebiased (15 → 127), subnormals as ``m · 2^-24`` (exact in f32), infinities and
+    NaNs with their significand bits kept (a signalling NaN stays NaN, NUM-CVT-7)."""
+    for i in range(codes.size):
+        h = np.uint32(codes[i])
+        field = (h >> 10) & 0x1F
+        if field == 0x1F:
+            bits = np.uint32(0x7F800000) | ((h & 0x3FF) << 13)
+        elif field == 0:
+            bits = _f32_bits(np.float32(h & 0x3FF) * np.float32(2.0 ** -24))
+        else:
+            bits = ((h & 0x7FFF) << 13) + np.uint32(0x38000000)
+        out[i] = bits | ((h & 0x8000) << 16)
