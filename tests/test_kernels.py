@@ -391,3 +391,15 @@ def test_compiled_decode_of_every_code(name, dtype):
     nan = np.isnan(ref)
     assert identical(got[~nan], ref[~nan])
     assert np.isnan(got[nan]).all() and (np.signbit(got[nan]) == np.signbit(ref[nan])).all()
+
+
+@pytest.mark.parametrize("dtype,idt", [(np.float32, np.int32), (np.float64, np.int64)])
+def test_magnitude_range_skips_zeros_and_specials(dtype, idt):
+    inf = int(np.array(np.inf, dtype).view(idt))
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -3.0, 2.0, -1e-300, 1e-45], dtype)
+    finite = x[np.isfinite(x) & (x != 0)]
+    lo, hi = kernels.magnitude_range(x.view(idt), inf)
+    got = np.array([lo, hi], idt).view(dtype)
+    assert got.tolist() == [np.abs(finite).min(), np.abs(finite).max()]
+    none = np.array([0.0, -0.0, np.nan, -np.inf], dtype)
+    assert kernels.magnitude_range(none.view(idt), inf) == (inf, 0)

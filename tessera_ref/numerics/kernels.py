@@ -16,7 +16,8 @@ warning says so once.
 :func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation, and
 :func:`bucket_rows` the first stage of NUM-RED-4's exact sum of long rows.
 :func:`bf16_from_f32_rne`, :func:`f32_from_bf16`, :func:`f16_from_f32_rne` and
-:func:`f32_from_f16` are conversions (NUM-CVT) in one pass each.
+:func:`f32_from_f16` are conversions (NUM-CVT) in one pass each; :func:`magnitude_range` is the data test of ``dot_canonical``'s
+exact-products path in one pass.
 
 The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators,
 overwritten with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output
@@ -39,7 +40,8 @@ from numba.extending import intrinsic
 from .packed_gemm import gemm_packed
 
 __all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "bucket_rows",
-           "bf16_from_f32_rne", "f32_from_bf16", "f16_from_f32_rne", "f32_from_f16", "FMA_ENV"]
+           "bf16_from_f32_rne", "f32_from_bf16", "f16_from_f32_rne", "f32_from_f16",
+           "magnitude_range", "FMA_ENV"]
 
 #: Set to ``emulate`` to use the emulated fma even where the hardware's is exact (tests).
 FMA_ENV = "TESSERA_REF_FMA"
@@ -310,3 +312,20 @@ def f32_from_f16(codes, out):
         else:
             bits = ((h & 0x7FFF) << 13) + np.uint32(0x38000000)
         out[i] = bits | ((h & 0x8000) << 16)
+
+
+@njit(cache=True)
+def magnitude_range(bits, inf_bits):
+    """``(min, max)`` of the magnitudes' bits (the sign cleared) over the finite nonzero
+    values whose IEEE bits are the 1-D signed ``bits`` (int32 for f32, int64 for f64),
+    ``inf_bits`` being +inf's pattern; ``(inf_bits, 0)`` when there are none. Positive
+    floats order as their bit patterns do, so integer min/max (which vectorize) find the
+    float range."""
+    mask = inf_bits | (inf_bits - 1)
+    lo, hi = inf_bits, inf_bits - inf_bits
+    for i in range(bits.size):  # (an index loop: LLVM vectorizes it, not the iterator)
+        m = bits[i] & mask
+        finite_nonzero = (m > 0) & (m < inf_bits)
+        lo = min(lo, m if finite_nonzero else inf_bits)
+        hi = max(hi, m if finite_nonzero else 0)
+    return lo, hi

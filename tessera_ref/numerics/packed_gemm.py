@@ -146,15 +146,12 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
 
 
 @njit(cache=True)
-def _pack(out, A, B):
-    """The packed panels of ``A`` and ``B`` and the padded copy of ``out`` (zeros outside)."""
+def _pack(out, A, B, Ap, Bp, Cp):
+    """Fill the packed panels ``Ap``, ``Bp`` and the padded copy ``Cp`` of ``out`` (all
+    zero-initialised, allocated by NumPy, whose allocator reuses pages)."""
     nb, M, N = out.shape
-    K = A.shape[2]
-    mr, nr = MR, NV * VECTOR_BYTES // A.itemsize
-    mt, nt = (M + mr - 1) // mr, (N + nr - 1) // nr
-    Ap = np.zeros((nb, mt, K, mr), out.dtype)
-    Bp = np.zeros((nb, nt, K, nr), out.dtype)
-    Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
+    mt, mr = Ap.shape[1], Ap.shape[3]
+    nt, nr = Bp.shape[1], Bp.shape[3]
     for b in range(nb):
         for it in range(mt):
             for r in range(min(mr, M - it * mr)):
@@ -163,7 +160,6 @@ def _pack(out, A, B):
             w = min(nr, N - jt * nr)
             Bp[b, jt, :, :w] = B[b, :, jt * nr:jt * nr + w]
         Cp[b, :M, :N] = out[b]
-    return Ap, Bp, Cp
 
 
 @njit(cache=True)
@@ -194,7 +190,13 @@ def gemm_packed(out, A, B, fused: bool, parallel: bool = False) -> None:
     f64, as are ``A`` and ``B``; C-contiguous ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb,
     K, N]``). ``parallel`` spreads the tiles over numba's threads (the variant is compiled
     on its first use); the bits are the same."""
-    Ap, Bp, Cp = _pack(out, A, B)
+    (nb, M, N), K = out.shape, A.shape[2]
+    mr, nr = tile_shape(out.dtype)
+    mt, nt = -(-M // mr), -(-N // nr)
+    Ap = np.zeros((nb, mt, K, mr), out.dtype)
+    Bp = np.zeros((nb, nt, K, nr), out.dtype)
+    Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
+    _pack(out, A, B, Ap, Bp, Cp)
     if parallel:
         _tiles_parallel(Cp, Ap, Bp, fused)
     else:

@@ -72,12 +72,16 @@ def _products_exact(fa: Format, fb: Format, accum: Format, a: np.ndarray, b: np.
         return False
     if _lsb(fa) * _lsb(fb) >= accum.min_subnormal and fa.max * fb.max <= accum.max:
         return True
+    from .kernels import magnitude_range  # one compiled pass per operand
+
     ranges = []
     for v in (a, b):
-        mag = np.abs(v[np.isfinite(v) & (v != 0)].astype(np.float64))
-        if mag.size == 0:
+        idt = np.int32 if v.dtype == np.float32 else np.int64
+        inf = int(np.array(np.inf, v.dtype).view(idt))
+        lo, hi = magnitude_range(np.ravel(v).view(idt), inf)
+        if hi == 0:
             return True  # every product is zero, infinite or NaN: exact or IEEE-special
-        ranges.append((float(mag.min()), float(mag.max())))
+        ranges.append(np.array([lo, hi], idt).view(v.dtype).astype(np.float64))
     (amin, amax), (bmin, bmax) = ranges
     return amin * bmin >= accum.min_normal and amax * bmax <= accum.max
 
