@@ -16,8 +16,8 @@ warning says so once.
 :func:`lane_fold` is the first stage of NUM-RED-2's sum for f32 and f64 accumulation, and
 :func:`bucket_rows` the first stage of NUM-RED-4's exact sum of long rows.
 :func:`bf16_from_f32_rne`, :func:`f32_from_bf16`, :func:`f16_from_f32_rne` and
-:func:`f32_from_f16` are conversions (NUM-CVT) in one pass each; :func:`magnitude_range` is the data test of ``dot_canonical``'s
-exact-products path in one pass.
+:func:`f32_from_f16` are conversions (NUM-CVT) in one pass each; :func:`magnitude_range` is
+the data test of ``dot_canonical``'s exact-products path in one pass.
 
 The dot kernels take C-contiguous ``out [nb, M, N]`` (read as the starting accumulators,
 overwritten with the results), ``A [nb, M, K]`` and ``B [nb, K, N]``. For every output
@@ -108,9 +108,9 @@ def _f32(*bits):
 _HARD_CASES = np.array([
     (0x3F800800, 0x3F800800, 0xBF801000, 0x33800000),  # * (1+2^-12)^2 - (1+2^-11) = 2^-24
     (0x3F800800, 0x3F800800, 0x00000000, 0x3F801000),  # the tie 1+2^-11+2^-24 goes to even
-    (0x3F800001, 0x3F7FFFFF, 0xBF800000, 0x337FFFFE),  # * (1+2^-23)(1-2^-24) - 1 = 2^-24 - 2^-47
-    (0x1A000000, 0x1A400000, 0x00000000, 0x00000001),  # 2^-75 · 1.5·2^-75 = 0.75·2^-149 -> 2^-149
-    (0x7F000000, 0x40000000, 0xFF000000, 0x7F000000),  # * 2^127·2 - 2^127 = 2^127: no overflow inside
+    (0x3F800001, 0x3F7FFFFF, 0xBF800000, 0x337FFFFE),  # * (1+2^-23)(1-2^-24) - 1
+    (0x1A000000, 0x1A400000, 0x00000000, 0x00000001),  # 0.75·2^-149 rounds to 2^-149
+    (0x7F000000, 0x40000000, 0xFF000000, 0x7F000000),  # * 2^128 - 2^127: no overflow inside
     (0x1A000000, 0x1A000000, 0x00000000, 0x00000000),  # 2^-150: the tie goes to +0 (even)
     (0x7F000000, 0x40000000, 0x00000000, 0x7F800000),  # 2^128 overflows to +inf
     (0x3F800000, 0x3F800000, 0xBF800000, 0x00000000),  # 1·1 - 1 = +0

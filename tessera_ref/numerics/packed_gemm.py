@@ -121,7 +121,8 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
                                                ir.FunctionType(vty, [vty] * 3))
         pre = builder.block
         fn = builder.function
-        fused_block, plain_block = fn.append_basic_block("tile.fma"), fn.append_basic_block("tile.mul_add")
+        fused_block = fn.append_basic_block("tile.fma")
+        plain_block = fn.append_basic_block("tile.mul_add")
         exit_block = fn.append_basic_block("tile.store")
         builder.cbranch(fused_, fused_block, plain_block)
         loops = []
@@ -146,10 +147,10 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
 
 
 @njit(cache=True)
-def _pack(out, A, B, Ap, Bp, Cp):
-    """Fill the packed panels ``Ap``, ``Bp`` and the padded copy ``Cp`` of ``out`` (all
-    zero-initialised, allocated by NumPy, whose allocator reuses pages)."""
-    nb, M, N = out.shape
+def _pack(A, B, Ap, Bp):
+    """Fill the packed panels ``Ap`` and ``Bp`` (zero-initialised: the padding stays zero)."""
+    nb, M, _ = A.shape
+    N = B.shape[2]
     mt, mr = Ap.shape[1], Ap.shape[3]
     nt, nr = Bp.shape[1], Bp.shape[3]
     for b in range(nb):
@@ -159,7 +160,6 @@ def _pack(out, A, B, Ap, Bp, Cp):
         for jt in range(nt):
             w = min(nr, N - jt * nr)
             Bp[b, jt, :, :w] = B[b, :, jt * nr:jt * nr + w]
-        Cp[b, :M, :N] = out[b]
 
 
 @njit(cache=True)
@@ -193,12 +193,19 @@ def gemm_packed(out, A, B, fused: bool, parallel: bool = False) -> None:
     (nb, M, N), K = out.shape, A.shape[2]
     mr, nr = tile_shape(out.dtype)
     mt, nt = -(-M // mr), -(-N // nr)
+    # NumPy allocates (its allocator reuses pages; numba's would fault them in every call)
     Ap = np.zeros((nb, mt, K, mr), out.dtype)
     Bp = np.zeros((nb, nt, K, nr), out.dtype)
-    Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
-    _pack(out, A, B, Ap, Bp, Cp)
+    _pack(A, B, Ap, Bp)
+    padded = (mt * mr, nt * nr) != (M, N)
+    if padded:  # ragged edges: tiles run on a zero-padded copy
+        Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
+        Cp[:, :M, :N] = out
+    else:
+        Cp = out
     if parallel:
         _tiles_parallel(Cp, Ap, Bp, fused)
     else:
-        _tiles(Cp, Ap, Bp, fused, 0, Ap.shape[0] * Ap.shape[1] * Bp.shape[1])
-    out[...] = Cp[:, :out.shape[1], :out.shape[2]]
+        _tiles(Cp, Ap, Bp, fused, 0, nb * mt * nt)
+    if padded:
+        out[...] = Cp[:, :M, :N]

@@ -184,8 +184,9 @@ def _accumulate(acc: np.ndarray, A: np.ndarray, B: np.ndarray, accum: Format, ex
 def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: bool):
     """:func:`_accumulate` for f32 accumulation, and for f64 accumulation of exact products,
     by the compiled kernels (:mod:`~tessera_ref.numerics.kernels`); the batch axes are
-    broadcast and flattened, each operand copied once into a contiguous array. A call of
-    fewer than ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits, less wait)."""
+    broadcast and flattened, each operand made contiguous (copied only when it is not). A
+    call of fewer than ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits,
+    less wait)."""
     import numba  # loaded on the first dot product, not with the package
 
     from .kernels import dot_rows
@@ -193,9 +194,9 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
     batch, (M, N), K = acc.shape[:-2], acc.shape[-2:], A.shape[-1]
     nb = int(np.prod(batch, dtype=np.int64))
 
-    def rows(x, tail):
-        return np.array(np.broadcast_to(x, batch + tail).reshape((nb,) + tail), dtype=acc.dtype,
-                        order="C")
+    def rows(x, tail):  # the kernels only read A and B: a contiguous operand is not copied
+        return np.ascontiguousarray(np.broadcast_to(x, batch + tail).reshape((nb,) + tail),
+                                    dtype=acc.dtype)
     out = np.array(acc, order="C")
     threads = numba.get_num_threads()
     parallel = nb * M * N * K >= _PARALLEL_MIN_FMAS and threads > 1
