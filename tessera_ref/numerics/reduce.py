@@ -195,8 +195,10 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
     nb = int(np.prod(batch, dtype=np.int64))
 
     def rows(x, tail):  # the kernels only read A and B: a contiguous operand is not copied
-        return np.ascontiguousarray(np.broadcast_to(x, batch + tail).reshape((nb,) + tail),
-                                    dtype=acc.dtype)
+        if x.shape != batch + tail:
+            x = np.broadcast_to(x, batch + tail)
+        r = np.ascontiguousarray(x.reshape((nb,) + tail), dtype=acc.dtype)
+        return r if r.flags.writeable else r.copy()  # one compiled variant: writable arrays
     out = np.array(acc, order="C")
     threads = numba.get_num_threads()
     parallel = nb * M * N * K >= _PARALLEL_MIN_FMAS and threads > 1
