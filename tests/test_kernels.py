@@ -337,6 +337,17 @@ def test_packed_kernel_with_exact_products_matches_the_fma_chain(ops):
             assert identical(reduce.canonical_nan(out), want)
 
 
+def test_threads_split_tiles_without_changing_bits():
+    rng = np.random.default_rng(13)
+    A, B, C = spread(rng, (2, 61, 90)), spread(rng, (2, 90, 75)), spread(rng, (2, 61, 75))
+    outs = []
+    for threads in (1, 2, 3, 64):  # 64: more threads than tiles
+        out = C.copy()
+        kernels.dot_rows(out, A, B, exact_products=False, threads=threads)
+        outs.append(out)
+    assert all(identical(o, outs[0]) for o in outs) and identical(outs[0], fma_chain(A, B, C))
+
+
 def test_the_emulation_switch_gives_the_same_bits_in_a_fresh_process():
     plain = digests_across_environments(_SCRIPT)[0]
     env = dict(os.environ, **{kernels.FMA_ENV: "emulate"},

@@ -174,18 +174,19 @@ def hardware_fma() -> bool:
 
 
 def dot_rows(out: np.ndarray, A: np.ndarray, B: np.ndarray, *, exact_products: bool,
-             hardware: bool | None = None, parallel: bool = False) -> None:
+             hardware: bool | None = None, threads: int = 1) -> None:
     """``out[b, i, j] = fma(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, in
     place (NUM-RED-1; arrays as in the module docstring, all f32 or all f64).
 
     ``exact_products`` says every product is exact in ``out``'s format (the caller
     establishes it); f64 accumulation needs it. ``hardware`` chooses the platform's fma
     (default: where :func:`hardware_fma` says it is exact); ``False`` runs the emulation
-    (f32 with inexact products) or multiply-then-add (exact products). ``parallel`` uses
-    numba's threads (over output tiles or rows: the same bits)."""
+    (f32 with inexact products) or multiply-then-add (exact products). ``threads`` is the
+    number of threads for the packed kernel (over output tiles: the same bits); the
+    emulation uses numba's current thread count (over rows)."""
     use_fma = hardware_fma() if hardware is None else hardware
     if exact_products or use_fma:
-        gemm_packed(out, A, B, use_fma and out.dtype == np.float32, parallel)
+        gemm_packed(out, A, B, use_fma and out.dtype == np.float32, threads)
     else:
         dot_rows_fma_f32(out, A, B)  # its threads: numba's current count
 

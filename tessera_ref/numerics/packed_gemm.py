@@ -15,15 +15,18 @@ platform's fma is, which :func:`~tessera_ref.numerics.kernels.hardware_fma` chec
 it is used) or a multiply then an add (two IEEE operations: NUM-RED-1's fma only when every
 product is exact). The LLVM IR is written here, not left to the loop vectorizer, so the
 operations are exactly those: no fast-math flags, no contraction of the separate multiply
-and add. Threads (``prange``, in a variant compiled only when asked for) take whole output
+and add. Threads (Python threads running the compiled loop without the GIL) take whole output
 tiles, so the bits do not depend on the thread count.
 """
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
 import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import njit, types
 from numba.extending import intrinsic
 
 __all__ = ["gemm_packed", "tile_shape"]
@@ -162,7 +165,7 @@ def _pack(A, B, Ap, Bp):
             Bp[b, jt, :, :w] = B[b, :, jt * nr:jt * nr + w]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _tiles(Cp, Ap, Bp, fused, first, stop):
     """Tiles ``first … stop−1`` in the order batch, column panel, row panel (``B``'s panel
     stays in cache while ``A``'s panels stream past it)."""
@@ -176,20 +179,17 @@ def _tiles(Cp, Ap, Bp, fused, first, stop):
                     Bp, (b * nt + jt) * K * nr, K, fused)
 
 
-@njit(cache=True, parallel=True)
-def _tiles_parallel(Cp, Ap, Bp, fused):
-    """:func:`_tiles` over all tiles, one tile per ``prange`` iteration."""
-    count = Ap.shape[0] * Ap.shape[1] * Bp.shape[1]
-    for t in prange(count):
-        _tiles(Cp, Ap, Bp, fused, np.int64(t), np.int64(t) + 1)  # the prange index may be unsigned
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="tessera-gemm")
 
 
-def gemm_packed(out, A, B, fused: bool, parallel: bool = False) -> None:
+def gemm_packed(out, A, B, fused: bool, threads: int = 1) -> None:
     """``out[b, i, j] = op(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, ``op``
     the fma when ``fused`` else multiply-then-add, each rounded in ``out``'s dtype (f32 or
     f64, as are ``A`` and ``B``; C-contiguous ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb,
-    K, N]``). ``parallel`` spreads the tiles over numba's threads (the variant is compiled
-    on its first use); the bits are the same."""
+    K, N]``). ``threads > 1`` splits the tiles into that many contiguous ranges run at once
+    (the compiled loop releases the GIL); the bits are the same."""
     (nb, M, N), K = out.shape, A.shape[2]
     mr, nr = tile_shape(out.dtype)
     mt, nt = -(-M // mr), -(-N // nr)
@@ -203,9 +203,14 @@ def gemm_packed(out, A, B, fused: bool, parallel: bool = False) -> None:
         Cp[:, :M, :N] = out
     else:
         Cp = out
-    if parallel:
-        _tiles_parallel(Cp, Ap, Bp, fused)
+    count = nb * mt * nt
+    if threads > 1 and count > 1:
+        bounds = np.linspace(0, count, min(threads, count) + 1).astype(np.int64)
+        jobs = [_pool(threads).submit(_tiles, Cp, Ap, Bp, fused, lo, hi)
+                for lo, hi in zip(bounds[:-1], bounds[1:])]
+        for job in jobs:
+            job.result()
     else:
-        _tiles(Cp, Ap, Bp, fused, 0, nb * mt * nt)
+        _tiles(Cp, Ap, Bp, fused, 0, count)
     if padded:
         out[...] = Cp[:, :M, :N]

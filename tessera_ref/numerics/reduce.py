@@ -206,7 +206,7 @@ def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: b
         numba.set_num_threads(1)  # this Python thread only; restored below
     try:
         dot_rows(out.reshape((nb, M, N)), rows(A, (M, K)), rows(B, (K, N)), exact_products=exact,
-                 parallel=parallel)
+                 threads=threads if parallel else 1)
     finally:
         numba.set_num_threads(threads)
     return out
