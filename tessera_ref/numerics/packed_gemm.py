@@ -1,10 +1,10 @@
 """A register-blocked, packed matrix product whose every output element sees NUM-RED-1's
 order: ``acc = op(a_k, b_k, acc)`` for ``k = 0 … K−1``, one element at a time, never split.
 
-The structure is a BLAS micro-kernel's without splitting K. ``A`` is packed into panels of
-``MR`` rows (``Ap[b, i // MR, k, i % MR]``), ``B`` into panels of ``NR`` columns (``Bp[b,
-j // NR, k, j % NR]``), and the output into a padded copy whose rows are ``NR``-multiples
-(padding holds zeros and is dropped). One call of :func:`_micro_tile` walks k from 0 to K−1
+The structure is a BLAS micro-kernel's without splitting K. ``B`` is packed into panels of
+``NR`` columns (``Bp[b, j // NR, k, j % NR]``); ``A``'s rows are read in place (``MR`` row
+streams), ragged edges of ``A`` and of the output are padded with zeros (the padding's
+results are dropped). One call of :func:`_micro_tile` walks k from 0 to K−1
 over one ``MR × NR`` output tile kept in vector registers: per k, ``NR/W`` vectors of
 ``B``'s row, and for each of the ``MR`` rows the broadcast ``a_k`` and one operation per
 vector. Every lane of every vector is one output element's own chain, so the vectorization
@@ -82,19 +82,20 @@ def _emit_k_loop(builder, init, a_at, b_at, K, combine, pre, exit_block):
 
 
 @intrinsic
-def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
-    """``C[r, j] = op(Ap[k, r], Bp[k, j], C[r, j])`` for k ascending over one ``MR × NR``
-    tile: ``C`` at element ``c_off`` of ``c`` with row stride ``ldc``, the packed panels at
-    ``a_off`` (``K × MR``) and ``b_off`` (``K × NR``); ``op`` is the fma when ``fused``."""
+def _micro_tile(typingctx, c, c_off, ldc, a, a_off, lda, b, b_off, K, fused):
+    """``C[r, j] = op(A[r, k], Bp[k, j], C[r, j])`` for k ascending over one ``MR × NR``
+    tile: ``C`` at element ``c_off`` of ``c`` with row stride ``ldc``, ``A``'s ``MR`` rows at
+    ``a_off`` of ``a`` with row stride ``lda``, the packed panel of ``B`` at ``b_off``
+    (``K × NR``); ``op`` is the fma when ``fused``."""
     dt = c.dtype
     if not (dt == a.dtype == b.dtype and dt in (types.float32, types.float64)):
         return None
     width = VECTOR_BYTES // (dt.bitwidth // 8)
     nr = NV * width
-    sig = types.void(c, c_off, ldc, a, a_off, b, b_off, K, fused)
+    sig = types.void(c, c_off, ldc, a, a_off, lda, b, b_off, K, fused)
 
     def codegen(context, builder, signature, args):
-        c_arr, c_off_, ldc_, a_arr, a_off_, b_arr, b_off_, K_, fused_ = args
+        c_arr, c_off_, ldc_, a_arr, a_off_, lda_, b_arr, b_off_, K_, fused_ = args
         fty = context.get_value_type(dt)
         vty = ir.VectorType(fty, width)
         align = dt.bitwidth // 8
@@ -102,7 +103,8 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
         def base(i, arr, off):
             data = context.make_array(signature.args[i])(context, builder, arr).data
             return builder.gep(data, [off])
-        cb, ab, bb = base(0, c_arr, c_off_), base(3, a_arr, a_off_), base(5, b_arr, b_off_)
+        cb, ab, bb = base(0, c_arr, c_off_), base(3, a_arr, a_off_), base(6, b_arr, b_off_)
+        a_rows = [builder.gep(ab, [builder.mul(lda_, _I64(r))]) for r in range(MR)]
 
         def vec_ptr(ptr, index):
             return builder.bitcast(builder.gep(ptr, [index]), vty.as_pointer())
@@ -112,7 +114,7 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
         zeros = ir.Constant(ir.VectorType(_I32, width), [0] * width)
 
         def a_at(k, r):  # a_k of row r, broadcast to every lane
-            x = builder.load(builder.gep(ab, [builder.add(builder.mul(k, _I64(MR)), _I64(r))]))
+            x = builder.load(builder.gep(a_rows[r], [k]))
             one = builder.insert_element(ir.Constant(vty, ir.Undefined), x, _I32(0))
             return builder.shuffle_vector(one, ir.Constant(vty, ir.Undefined), zeros)
 
@@ -150,32 +152,33 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, b, b_off, K, fused):
 
 
 @njit(cache=True)
-def _pack(A, B, Ap, Bp):
-    """Fill the packed panels ``Ap`` and ``Bp`` (zero-initialised: the padding stays zero)."""
-    nb, M, _ = A.shape
-    N = B.shape[2]
-    mt, mr = Ap.shape[1], Ap.shape[3]
+def _pack(B, Bp):
+    """Fill the packed panels ``Bp`` of ``B`` (zero-initialised: the padding stays zero)."""
+    nb, K, N = B.shape
     nt, nr = Bp.shape[1], Bp.shape[3]
+    full = N // nr
     for b in range(nb):
-        for it in range(mt):
-            for r in range(min(mr, M - it * mr)):
-                Ap[b, it, :, r] = A[b, it * mr + r]
-        for jt in range(nt):
-            w = min(nr, N - jt * nr)
-            Bp[b, jt, :, :w] = B[b, :, jt * nr:jt * nr + w]
+        for k in range(K):
+            row = B[b, k]
+            for jt in range(full):
+                panel = Bp[b, jt, k]
+                for c in range(nr):
+                    panel[c] = row[jt * nr + c]
+            for j in range(full * nr, N):
+                Bp[b, full, k, j - full * nr] = row[j]
 
 
 @njit(cache=True, nogil=True)
-def _tiles(Cp, Ap, Bp, fused, first, stop):
+def _tiles(Cp, A, Bp, fused, first, stop):
     """Tiles ``first … stop−1`` in the order batch, column panel, row panel (``B``'s panel
-    stays in cache while ``A``'s panels stream past it)."""
-    nb, mt, K, mr = Ap.shape
-    nt, nr = Bp.shape[1], Bp.shape[3]
+    stays in cache while ``A``'s rows stream past it)."""
+    nb, nt, K, nr = Bp.shape
+    mt = A.shape[1] // MR
     ldc = Cp.shape[2]
     for t in range(first, stop):
         b, rest = divmod(t, nt * mt)
         jt, it = divmod(rest, mt)
-        _micro_tile(Cp, (b * mt + it) * mr * ldc + jt * nr, ldc, Ap, (b * mt + it) * K * mr,
+        _micro_tile(Cp, (b * mt + it) * MR * ldc + jt * nr, ldc, A, (b * mt + it) * MR * K, K,
                     Bp, (b * nt + jt) * K * nr, K, fused)
 
 
@@ -194,9 +197,10 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1) -> None:
     mr, nr = tile_shape(out.dtype)
     mt, nt = -(-M // mr), -(-N // nr)
     # NumPy allocates (its allocator reuses pages; numba's would fault them in every call)
-    Ap = np.zeros((nb, mt, K, mr), out.dtype)
     Bp = np.zeros((nb, nt, K, nr), out.dtype)
-    _pack(A, B, Ap, Bp)
+    _pack(B, Bp)
+    if mt * mr != M:  # ragged rows: A gets zero rows up to whole row panels
+        A = np.concatenate([A, np.zeros((nb, mt * mr - M, K), A.dtype)], axis=1)
     padded = (mt * mr, nt * nr) != (M, N)
     if padded:  # ragged edges: tiles run on a zero-padded copy
         Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
@@ -206,11 +210,11 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1) -> None:
     count = nb * mt * nt
     if threads > 1 and count > 1:
         bounds = np.linspace(0, count, min(threads, count) + 1).astype(np.int64)
-        jobs = [_pool(threads).submit(_tiles, Cp, Ap, Bp, fused, lo, hi)
+        jobs = [_pool(threads).submit(_tiles, Cp, A, Bp, fused, lo, hi)
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
         for job in jobs:
             job.result()
     else:
-        _tiles(Cp, Ap, Bp, fused, 0, count)
+        _tiles(Cp, A, Bp, fused, 0, count)
     if padded:
         out[...] = Cp[:, :M, :N]
