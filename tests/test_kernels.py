@@ -140,7 +140,9 @@ def test_inf_nan_and_overflow():
     assert identical(dot_canonical(x, y), fma_chain(x, y))
 
 
-def test_batched_broadcast_and_strided_inputs():
+@pytest.mark.parametrize("fma_mode", ["", "emulate"])  # the platform's fma, the emulation
+def test_batched_broadcast_and_strided_inputs(fma_mode, monkeypatch):
+    monkeypatch.setenv(kernels.FMA_ENV, fma_mode)
     rng = np.random.default_rng(5)
     a, b, c = spread(rng, (3, 1, 7, 20)), spread(rng, (4, 20, 9)), spread(rng, (7, 9))
     got = dot_canonical(a, b, c=c)

@@ -174,9 +174,11 @@ def hardware_fma() -> bool:
 
 
 def dot_rows(out: np.ndarray, A: np.ndarray, B: np.ndarray, *, exact_products: bool,
-             hardware: bool | None = None, threads: int = 1) -> None:
-    """``out[b, i, j] = fma(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, in
-    place (NUM-RED-1; arrays as in the module docstring, all f32 or all f64).
+             hardware: bool | None = None, threads: int = 1, a_of=None, b_of=None) -> None:
+    """``out[b, i, j] = fma(A[a_of[b], i, k], B[b_of[b], k, j], out[b, i, j])`` for k
+    ascending, in place (NUM-RED-1; arrays as in the module docstring, all f32 or all f64;
+    ``a_of``/``b_of``: int64 batch maps, default ``0 … nb−1``, letting batches share an
+    operand).
 
     ``exact_products`` says every product is exact in ``out``'s format (the caller
     establishes it); f64 accumulation needs it. ``hardware`` chooses the platform's fma
@@ -186,9 +188,9 @@ def dot_rows(out: np.ndarray, A: np.ndarray, B: np.ndarray, *, exact_products: b
     emulation uses numba's current thread count (over rows)."""
     use_fma = hardware_fma() if hardware is None else hardware
     if exact_products or use_fma:
-        gemm_packed(out, A, B, use_fma and out.dtype == np.float32, threads)
-    else:
-        dot_rows_fma_f32(out, A, B)  # its threads: numba's current count
+        gemm_packed(out, A, B, use_fma and out.dtype == np.float32, threads, a_of, b_of)
+    else:  # its threads: numba's current count
+        dot_rows_fma_f32(out, A if a_of is None else A[a_of], B if b_of is None else B[b_of])
 
 
 @njit(cache=True)

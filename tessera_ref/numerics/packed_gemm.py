@@ -169,17 +169,18 @@ def _pack(B, Bp):
 
 
 @njit(cache=True, nogil=True)
-def _tiles(Cp, A, Bp, fused, first, stop):
+def _tiles(Cp, A, Bp, a_of, b_of, fused, first, stop):
     """Tiles ``first … stop−1`` in the order batch, column panel, row panel (``B``'s panel
-    stays in cache while ``A``'s rows stream past it)."""
-    nb, nt, K, nr = Bp.shape
+    stays in cache while ``A``'s rows stream past it); output batch ``b`` reads ``A[a_of[b]]``
+    and ``Bp[b_of[b]]``."""
+    nt, K, nr = Bp.shape[1], Bp.shape[2], Bp.shape[3]
     mt = A.shape[1] // MR
     ldc = Cp.shape[2]
     for t in range(first, stop):
         b, rest = divmod(t, nt * mt)
         jt, it = divmod(rest, mt)
-        _micro_tile(Cp, (b * mt + it) * MR * ldc + jt * nr, ldc, A, (b * mt + it) * MR * K, K,
-                    Bp, (b * nt + jt) * K * nr, K, fused)
+        _micro_tile(Cp, (b * mt + it) * MR * ldc + jt * nr, ldc,
+                    A, (a_of[b] * mt + it) * MR * K, K, Bp, (b_of[b] * nt + jt) * K * nr, K, fused)
 
 
 @functools.cache
@@ -187,20 +188,25 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="tessera-gemm")
 
 
-def gemm_packed(out, A, B, fused: bool, threads: int = 1) -> None:
-    """``out[b, i, j] = op(A[b, i, k], B[b, k, j], out[b, i, j])`` for k ascending, ``op``
-    the fma when ``fused`` else multiply-then-add, each rounded in ``out``'s dtype (f32 or
-    f64, as are ``A`` and ``B``; C-contiguous ``out [nb, M, N]``, ``A [nb, M, K]``, ``B [nb,
-    K, N]``). ``threads > 1`` splits the tiles into that many contiguous ranges run at once
-    (the compiled loop releases the GIL); the bits are the same."""
+def gemm_packed(out, A, B, fused: bool, threads: int = 1, a_of=None, b_of=None) -> None:
+    """``out[b, i, j] = op(A[a_of[b], i, k], B[b_of[b], k, j], out[b, i, j])`` for k
+    ascending, ``op`` the fma when ``fused`` else multiply-then-add, each rounded in
+    ``out``'s dtype (f32 or f64, as are ``A`` and ``B``; C-contiguous ``out [nb, M, N]``,
+    ``A [na, M, K]``, ``B [nbb, K, N]``). ``a_of``/``b_of`` (int64 ``[nb]``, default
+    ``0 … nb−1``) let batches share an operand, which is then packed once. ``threads > 1``
+    splits the tiles into that many contiguous ranges run at once (the compiled loop releases
+    the GIL); the bits are the same."""
     (nb, M, N), K = out.shape, A.shape[2]
+    every = np.arange(nb, dtype=np.int64)
+    a_of = every if a_of is None else a_of
+    b_of = every if b_of is None else b_of
     mr, nr = tile_shape(out.dtype)
     mt, nt = -(-M // mr), -(-N // nr)
     # NumPy allocates (its allocator reuses pages; numba's would fault them in every call)
-    Bp = np.zeros((nb, nt, K, nr), out.dtype)
+    Bp = np.zeros((B.shape[0], nt, K, nr), out.dtype)
     _pack(B, Bp)
     if mt * mr != M:  # ragged rows: A gets zero rows up to whole row panels
-        A = np.concatenate([A, np.zeros((nb, mt * mr - M, K), A.dtype)], axis=1)
+        A = np.concatenate([A, np.zeros((A.shape[0], mt * mr - M, K), A.dtype)], axis=1)
     padded = (mt * mr, nt * nr) != (M, N)
     if padded:  # ragged edges: tiles run on a zero-padded copy
         Cp = np.zeros((nb, mt * mr, nt * nr), out.dtype)
@@ -210,11 +216,11 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1) -> None:
     count = nb * mt * nt
     if threads > 1 and count > 1:
         bounds = np.linspace(0, count, min(threads, count) + 1).astype(np.int64)
-        jobs = [_pool(threads).submit(_tiles, Cp, A, Bp, fused, lo, hi)
+        jobs = [_pool(threads).submit(_tiles, Cp, A, Bp, a_of, b_of, fused, lo, hi)
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
         for job in jobs:
             job.result()
     else:
-        _tiles(Cp, A, Bp, fused, 0, count)
+        _tiles(Cp, A, Bp, a_of, b_of, fused, 0, count)
     if padded:
         out[...] = Cp[:, :M, :N]
