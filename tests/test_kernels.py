@@ -416,3 +416,18 @@ def test_magnitude_range_skips_zeros_and_specials(dtype, idt):
     assert got.tolist() == [np.abs(finite).min(), np.abs(finite).max()]
     none = np.array([0.0, -0.0, np.nan, -np.inf], dtype)
     assert kernels.magnitude_range(none.view(idt), inf) == (inf, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_widening_into_f32_is_exact_with_canonical_nans(dtype):
+    from tessera_ref.numerics.arith import to_accum
+
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    values = codes.view(dtype).reshape(256, 256)[:, ::3]  # strided too
+    got = to_accum(values, "f32")
+    with np.errstate(all="ignore"):
+        ref = values.astype(np.float32)  # NumPy's / ml_dtypes' widening
+    nan = np.isnan(ref)
+    assert identical(got[~nan], ref[~nan])
+    sign = (values.view(np.uint16)[nan].astype(np.uint32) & 0x8000) << 16
+    assert (got[nan].view(np.uint32) == (np.uint32(0x7FC00000) | sign)).all()

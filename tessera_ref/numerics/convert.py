@@ -368,11 +368,17 @@ def decode(codes, fmt) -> np.ndarray:
         return codes.astype(np.uint64).view(np.float64)
     if fmt.name == "f32":
         return codes.astype(np.uint32).view(np.float32)
-    from . import kernels  # compiled: one pass (bf16: the code is the top half of an f32)
+    return widen_16(codes, fmt, quiet=False)
 
-    bits = np.empty(codes.shape, np.uint32)
+
+def widen_16(codes, fmt: Format, *, quiet: bool) -> np.ndarray:
+    """f32 values of f16 or bf16 ``codes`` in one compiled pass (bf16: the code is the top
+    half of an f32); with ``quiet`` every NaN is the canonical quiet NaN with its sign."""
+    from . import kernels
+
+    bits = np.empty(np.shape(codes), np.uint32)
     kernel = kernels.f32_from_f16 if fmt.name == "f16" else kernels.f32_from_bf16
-    kernel(np.ascontiguousarray(codes, dtype=np.uint16).reshape(-1), bits.reshape(-1))
+    kernel(np.ascontiguousarray(codes, dtype=np.uint16).reshape(-1), bits.reshape(-1), quiet)
     return bits.view(np.float32)
 
 

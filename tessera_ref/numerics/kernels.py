@@ -270,11 +270,15 @@ def bf16_from_f32_rne(bits, saturate, out):
 
 
 @njit(cache=True)
-def f32_from_bf16(codes, out):
+def f32_from_bf16(codes, out, quiet):
     """``out`` (uint32, 1-D) ← the f32 bits of bf16 ``codes`` (uint16): the code in the top
-    half."""
+    half; with ``quiet``, a NaN becomes the canonical quiet NaN with its sign (NUM-CVT-4)."""
     for i in range(codes.size):
-        out[i] = np.uint32(codes[i]) << np.uint32(16)
+        h = np.uint32(codes[i])
+        bits = h << np.uint32(16)
+        if quiet and (h & 0x7FFF) > 0x7F80:
+            bits = np.uint32(0x7FC00000) | (bits & np.uint32(0x80000000))
+        out[i] = bits
 
 
 @njit(cache=True)
@@ -301,15 +305,19 @@ def f16_from_f32_rne(bits, saturate, out):
 
 
 @njit(cache=True)
-def f32_from_f16(codes, out):
+def f32_from_f16(codes, out, quiet):
     """``out`` (uint32, 1-D) ← the f32 bits of f16 ``codes`` (uint16), exactly: normal
     numbers rebiased (15 → 127), subnormals as ``m · 2^-24`` (exact in f32), infinities and
-    NaNs with their significand bits kept (a signalling NaN stays NaN, NUM-CVT-7)."""
+    NaNs with their significand bits kept (a signalling NaN stays NaN, NUM-CVT-7) or, with
+    ``quiet``, a NaN as the canonical quiet NaN with its sign (NUM-CVT-4)."""
     for i in range(codes.size):
         h = np.uint32(codes[i])
         field = (h >> 10) & 0x1F
         if field == 0x1F:
-            bits = np.uint32(0x7F800000) | ((h & 0x3FF) << 13)
+            if quiet and (h & 0x3FF) != 0:
+                bits = np.uint32(0x7FC00000)
+            else:
+                bits = np.uint32(0x7F800000) | ((h & 0x3FF) << 13)
         elif field == 0:
             bits = _f32_bits(np.float32(h & 0x3FF) * np.float32(2.0 ** -24))
         else:
