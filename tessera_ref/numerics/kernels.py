@@ -210,7 +210,16 @@ def lane_fold(x, p):
                 lanes[lane] = lanes[lane] + row[j0 + lane]
 
 
-_COPIES = 4  # independent bucket sets: consecutive terms of one binade do not wait on each other
+@njit(cache=True, inline="always")
+def _bucket_add(acc, b, man_bits, special, split, low):
+    """Add the term with IEEE bits ``b`` to ``acc [2, fields]`` (see :func:`bucket_rows`)."""
+    field = (b >> man_bits) & special
+    k = (b & ((np.int64(1) << man_bits) - 1)) | (np.int64(field > 0) << man_bits)
+    sign = b >> 63  # 0 or -1
+    k = (k ^ sign) - sign
+    if split:
+        acc[0, field] += k >> 26
+    acc[1, field] += k & low
 
 
 @njit(cache=True)
@@ -221,32 +230,32 @@ def bucket_rows(bits, exp_bits, man_bits):
     significands ``k`` (the implicit bit included) of row ``g``'s values with field ``e``, a
     value being ``k · 2^(max(e, 1) − 1)`` units. f32 (``|k| < 2^24``) sums ``k`` itself into
     ``h = 1``; f64 sums ``k >> 26`` into ``h = 0`` and ``k mod 2^26`` into ``h = 1``, so no
-    sum reaches 2^63. Infinities and NaNs (field all ones) are left out. Integer sums are
-    exact in any order, so the ``_COPIES`` interleaved bucket sets change no bit."""
+    sum reaches 2^63. Infinities and NaNs (field all ones) are left out. Four consecutive
+    terms go to four bucket sets (terms of one binade need not wait on each other); integer
+    sums are exact in any order, so that changes no bit."""
     G, L = bits.shape
     fields = 1 << exp_bits
     special = fields - 1
     split = man_bits > 32
     low = np.int64((1 << 26) - 1) if split else np.int64(-1)  # -1: every bit
     out = np.zeros((G, 2, fields), np.int64)
-    acc = np.zeros((_COPIES, 2, fields), np.int64)
+    a0, a1 = np.zeros((2, fields), np.int64), np.zeros((2, fields), np.int64)
+    a2, a3 = np.zeros((2, fields), np.int64), np.zeros((2, fields), np.int64)
     for g in range(G):
-        acc[...] = 0
+        for acc in (a0, a1, a2, a3):
+            acc[...] = 0
         row = bits[g]
-        for j in range(L):
-            b = np.int64(row[j])
-            field = (b >> man_bits) & special
-            k = (b & ((np.int64(1) << man_bits) - 1)) | (np.int64(field > 0) << man_bits)
-            sign = b >> 63  # 0 or -1
-            k = (k ^ sign) - sign
-            c = j & (_COPIES - 1)
-            if split:
-                acc[c, 0, field] += k >> 26
-            acc[c, 1, field] += k & low
-        for c in range(_COPIES):
-            for h in range(2):
-                for e in range(special):  # the last field (inf, NaN) is dropped
-                    out[g, h, e] += acc[c, h, e]
+        whole = L - L % 4
+        for j in range(0, whole, 4):
+            _bucket_add(a0, np.int64(row[j]), man_bits, special, split, low)
+            _bucket_add(a1, np.int64(row[j + 1]), man_bits, special, split, low)
+            _bucket_add(a2, np.int64(row[j + 2]), man_bits, special, split, low)
+            _bucket_add(a3, np.int64(row[j + 3]), man_bits, special, split, low)
+        for j in range(whole, L):
+            _bucket_add(a0, np.int64(row[j]), man_bits, special, split, low)
+        for h in range(2):
+            for e in range(special):  # the last field (inf, NaN) is dropped
+                out[g, h, e] = a0[h, e] + a1[h, e] + a2[h, e] + a3[h, e]
     return out
 
 
