@@ -198,8 +198,9 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1, a_of=None, b_of=None) 
     the GIL); the bits are the same."""
     (nb, M, N), K = out.shape, A.shape[2]
     every = np.arange(nb, dtype=np.int64)
-    a_of = every if a_of is None else a_of
-    b_of = every if b_of is None else b_of
+    # one compiled specialization: the same argument types on every call
+    a_of, b_of = (every if x is None else np.array(x, dtype=np.int64) for x in (a_of, b_of))
+    fused = bool(fused)
     mr, nr = tile_shape(out.dtype)
     mt, nt = -(-M // mr), -(-N // nr)
     # NumPy allocates (its allocator reuses pages; numba's would fault them in every call)
@@ -216,7 +217,7 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1, a_of=None, b_of=None) 
     count = nb * mt * nt
     if threads > 1 and count > 1:
         bounds = np.linspace(0, count, min(threads, count) + 1).astype(np.int64)
-        jobs = [_pool(threads).submit(_tiles, Cp, A, Bp, a_of, b_of, fused, lo, hi)
+        jobs = [_pool(threads).submit(_tiles, Cp, A, Bp, a_of, b_of, fused, int(lo), int(hi))
                 for lo, hi in zip(bounds[:-1], bounds[1:])]
         for job in jobs:
             job.result()
