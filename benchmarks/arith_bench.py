@@ -6,8 +6,9 @@ Rows: fma (elementwise, vs NumPy's two-rounding ``a*b + c``), ``dot_canonical`` 
 ``np.matmul`` — the INEXACT BLAS baseline, whose bits depend on the BLAS build and thread
 count), ``reduce_canonical`` (vs ``np.sum``/``np.max``, pairwise/SIMD order) and
 ``exact_sum`` (vs ``math.fsum``, correctly rounded to f64, and ``np.sum``). ``ratio`` is
-baseline time / tessera_ref time: below 1 means tessera_ref is slower. Times are the best of
-``--repeat`` runs after one warm-up call.
+baseline time / tessera_ref time: below 1 means tessera_ref is slower. Both are timed in the
+same process, interleaved, the best of ``--repeat`` runs after one warm-up call each; the
+script runs once with one thread and once with the default thread counts.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from timing import best_time
+from timing import best_times, run_in_thread_settings
 from tessera_ref.numerics.arith import fma
 from tessera_ref.numerics.exactsum import exact_dot, exact_sum
 from tessera_ref.numerics.reduce import dot_canonical, reduce_canonical
@@ -25,7 +26,7 @@ from tessera_ref.numerics.reduce import dot_canonical, reduce_canonical
 
 def row(name: str, ours, baseline, base_name: str, repeat: int, work: float | None = None,
         unit: str = "") -> None:
-    t, b = best_time(ours, repeat), best_time(baseline, repeat)
+    t, b = best_times(ours, baseline, repeat=repeat)
     rate = f"{work / t / 1e6:9.1f} {unit}" if work else " " * 15
     print(f"{name:44} {t * 1e3:9.2f} ms {rate} | {base_name:26} {b * 1e3:9.2f} ms  ratio {b / t:8.4f}")
 
@@ -97,4 +98,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_in_thread_settings(main)

@@ -6,7 +6,8 @@ same run.
 
 Each row prints microseconds per op and the ratio to NumPy's ``a + b`` on the same 64-element
 f32 arrays (inexact-free here: f32 addition is one IEEE operation either way). The ops are
-tiny so that the time is the dispatch, not the arithmetic.
+tiny so that the time is the dispatch, not the arithmetic. Rows are timed interleaved, the
+best of ``--repeat``; the script runs with one thread, then with the default thread counts.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import argparse
 
 import numpy as np
 
-from timing import best_time
+from timing import best_times, run_in_thread_settings
 import tessera_ref as tr
 from tessera_ref import lowering, op
 
@@ -41,7 +42,7 @@ def main() -> None:
         "jit (200 ops)": lambda: f(a),
         "run_schedule (200 kernels)": lambda: lowering.run_schedule(schedule, a),
     }
-    times = {name: best_time(fn, args.repeat) / OPS for name, fn in rows.items()}
+    times = dict(zip(rows, (t / OPS for t in best_times(*rows.values(), repeat=args.repeat))))
     base = times["numpy a + a"]
     for name, t in times.items():
         print(f"{name:<28} {t * 1e6:8.2f} us/op   {t / base:7.1f}x numpy")
@@ -49,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_in_thread_settings(main)

@@ -2,10 +2,13 @@
 
     python benchmarks/ir_bench.py
 
-Baseline in the same run: creating the same number of plain 6-field dataclass instances.
+Baseline in the same run: creating the same number of plain 6-field dataclass instances. The
+script runs with one thread, then with the default thread counts (pure Python: they agree).
 """
 import time
 from dataclasses import dataclass
+
+from timing import run_in_thread_settings
 
 from tessera_ref.ir import Builder, Module, TensorType, func_op, parse_module, return_op, verify
 
@@ -59,6 +62,10 @@ def bench_print_parse() -> None:
     assert str(parsed) == text
 
 
-if __name__ == "__main__":
+def main() -> None:
     bench_create()
     bench_print_parse()
+
+
+if __name__ == "__main__":
+    run_in_thread_settings(main)

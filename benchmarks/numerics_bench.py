@@ -6,7 +6,9 @@ For each format: ``encode`` (f32 -> codes, rne) against ``x.astype(dtype)`` — 
 bf16/fp8/fp6/fp4/e8m0/int4, NumPy for f16/f32/f64/int8 (NumPy's int8 cast truncates, so that
 baseline is a speed reference only) — and ``decode`` (codes -> f32) against
 ``codes.view(dtype).astype(float32)``. Ratios above 1 mean tessera_ref is faster. The other
-rounding modes are timed against the same baseline. Times are the best of ``--repeat``.
+rounding modes are timed against the same baseline. Each pair is timed in the same process,
+interleaved, the best of ``--repeat``; the script runs once with one thread and once with the
+default thread counts.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import argparse
 
 import numpy as np
 
-from timing import best_time
+from timing import best_times, run_in_thread_settings
 from tessera_ref import numerics as tn
 
 
@@ -41,18 +43,18 @@ def main() -> None:
     for fmt in tn.all_formats():
         base_name = "ml_dtypes" if fmt.dtype.__class__.__module__ != "numpy.dtypes" or fmt.name in (
             "bf16",) else "numpy"
-        t_base = best_time(lambda: x.astype(fmt.dtype), args.repeat)
         ratios = []
-        t_rne = None
+        t_rne = t_base = None
         for mode in modes:
             kw = {"key": 1} if mode == "stochastic" else {}
-            t = best_time(lambda: tn.encode(x, fmt, rounding=mode, **kw), args.repeat)
-            t_rne = t if mode == "rne" else t_rne
-            ratios.append(t_base / t)
+            t, base = best_times(lambda: tn.encode(x, fmt, rounding=mode, **kw),
+                                 lambda: x.astype(fmt.dtype), repeat=args.repeat)
+            t_rne, t_base = (t, base) if mode == "rne" else (t_rne, t_base)
+            ratios.append(base / t)
         codes = tn.encode(x, fmt)
         stored = codes.view(fmt.dtype)
-        t_dec = best_time(lambda: tn.decode(codes, fmt), args.repeat)
-        t_dec_base = best_time(lambda: stored.astype(np.float32), args.repeat)
+        t_dec, t_dec_base = best_times(lambda: tn.decode(codes, fmt),
+                                       lambda: stored.astype(np.float32), repeat=args.repeat)
         mps = lambda t: args.n / t / 1e6  # noqa: E731
         print(f"{fmt.name:10} {base_name:9} {mps(t_rne):8.0f} {mps(t_base):8.0f} "
               + " ".join(f"{r:13.2f}x" for r in ratios)
@@ -60,4 +62,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_in_thread_settings(main)

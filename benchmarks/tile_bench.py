@@ -10,7 +10,8 @@ Rows: the interpreter with checkers and counters off, counters only, checkers on
 ``x numpy`` is interpreter time / NumPy time; ``x off`` is the cost relative to the run
 with everything off. The issue's target is ≤ 45 ms with checkers off (10× faster than the
 449 ms it quotes for Triton's interpreter on this machine class; Triton is not run here).
-Times are the best of ``--repeat`` runs after one warm-up call.
+Rows are timed interleaved, the best of ``--repeat`` runs after one warm-up call; the script
+runs with one thread, then with the default thread counts.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sys
 
 import numpy as np
 
-from timing import best_time
+from timing import best_times, run_in_thread_settings
 from tessera_ref import op
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "tiles"))
@@ -40,13 +41,13 @@ def main() -> None:
 
     def interp(checks, counters):
         return lambda: matmul(a, b, c, grid=(4, 4), lanes=128, checks=checks, counters=counters)
-    numpy_t = best_time(lambda: np.matmul(a, b), args.repeat)
     rows = [("interpreter, checks off, counters off", interp(False, False)),
             ("interpreter, counters on", interp(False, True)),
             ("interpreter, checks on", interp(True, False)),
             ("interpreter, checks + counters on", interp(True, True)),
             ("op.matmul (same bits, untiled)", lambda: op.matmul(a, b))]
-    times = [(name, best_time(fn, args.repeat)) for name, fn in rows]
+    numpy_t, *ts = best_times(lambda: np.matmul(a, b), *(fn for _, fn in rows), repeat=args.repeat)
+    times = [(name, t) for (name, _), t in zip(rows, ts)]
     off = times[0][1]
     print(f"{'256^3 f32 matmul':40s} {'ms':>9s} {'x numpy':>9s} {'x off':>7s}")
     print(f"{'np.matmul (BLAS, inexact baseline)':40s} {numpy_t * 1e3:9.2f} {1.0:9.1f} {'':>7s}")
@@ -59,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_in_thread_settings(main)

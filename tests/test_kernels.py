@@ -6,11 +6,16 @@ References: an exact-fma chain on ``fractions.Fraction`` rounded by
 also gives IEEE's inf/NaN results. Bits must match exactly, and must not depend on the
 number of numba threads.
 """
+import os
+import pathlib
+import subprocess
+import sys
 from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from determinism import digests_across_environments
 from tessera_ref.numerics import kernels, reduce
@@ -135,7 +140,9 @@ def test_inf_nan_and_overflow():
     assert identical(dot_canonical(x, y), fma_chain(x, y))
 
 
-def test_batched_broadcast_and_strided_inputs():
+@pytest.mark.parametrize("fma_mode", ["", "emulate"])  # the platform's fma, the emulation
+def test_batched_broadcast_and_strided_inputs(fma_mode, monkeypatch):
+    monkeypatch.setenv(kernels.FMA_ENV, fma_mode)
     rng = np.random.default_rng(5)
     a, b, c = spread(rng, (3, 1, 7, 20)), spread(rng, (4, 20, 9)), spread(rng, (7, 9))
     got = dot_canonical(a, b, c=c)
@@ -173,13 +180,16 @@ def test_empty_axes():
 def test_kernels_update_out_in_place():
     rng = np.random.default_rng(8)
     A, B, C = spread(rng, (2, 3, 10), -8, 8), spread(rng, (2, 10, 4), -8, 8), spread(rng, (2, 3, 4), -8, 8)
-    out = C.copy()
-    kernels.dot_rows_fma_f32(out, A, B)
-    assert identical(out, fma_chain(A, B, C))
+    for hardware in (True, False):  # the packed kernel's fma, then the emulation
+        out = C.copy()
+        kernels.dot_rows(out, A, B, exact_products=False, hardware=hardware)
+        assert identical(out, fma_chain(A, B, C))
     A, B, C = A.astype(np.float16), B.astype(np.float16), C.astype(np.float16)  # exact products
-    out = C.astype(np.float32)
-    kernels.dot_rows_exact(out, A.astype(np.float32), B.astype(np.float32))
-    assert identical(out, fma_chain(A, B, C))
+    for hardware in (True, False):  # fma, then multiply-then-add
+        out = C.astype(np.float32)
+        kernels.dot_rows(out, A.astype(np.float32), B.astype(np.float32), exact_products=True,
+                         hardware=hardware)
+        assert identical(out, fma_chain(A, B, C))
 
 
 def test_one_thread_and_many_give_the_same_bits():
@@ -214,3 +224,210 @@ print(h.hexdigest())
 def test_bits_do_not_depend_on_the_numba_thread_count():
     first, second = digests_across_environments(_SCRIPT)  # 1 thread, then 2
     assert first == second
+
+
+# -- the platform's fma and its fallback --------------------------------------------------------
+
+def test_hard_cases_are_what_exact_rationals_say():
+    # the self-test's hand-computed table, checked independently: finite rows by rationals
+    # (sign of a zero by hand), inf/NaN rows by IEEE's rules
+    for a, b, c, want in kernels._HARD_CASES.view(np.float32):
+        if np.isfinite([a, b, c]).all():
+            exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+            if exact == 0:
+                expected_sign = np.signbit(a) != np.signbit(b) and np.signbit(c)  # -0 only from -0 + -0
+                assert want == 0 and np.signbit(want) == expected_sign
+            elif abs(exact) >= Fraction(2) ** 128:
+                assert want == np.inf * np.sign(float(exact))
+            else:
+                assert R.round_f32(exact).view(np.uint32) == want.view(np.uint32)
+        else:
+            with np.errstate(all="ignore"):
+                ieee = np.float64(a) * np.float64(b) + np.float64(c)  # exact in f64 here
+            assert identical(np.float32(ieee) if not np.isnan(ieee) else np.float32(np.nan), want)
+    a, b, c, want = kernels._HARD_CASES.T.copy().view(np.float32)
+    with np.errstate(all="ignore"):
+        twice = a * b + c  # multiply, then add: other bits in the cases the table marks
+    assert (twice.view(np.uint32) != want.view(np.uint32)).sum() >= 3
+
+
+def test_the_packed_kernel_gives_the_hard_cases():
+    a, b, c, want = kernels._HARD_CASES.T.copy().view(np.float32)
+    for hardware in (True, False):  # the platform's fma, then the emulation
+        got = []
+        for t in range(a.size):  # one 1x1x1 product per case
+            out = c[t].reshape(1, 1, 1).copy()
+            kernels.dot_rows(out, a[t].reshape(1, 1, 1), b[t].reshape(1, 1, 1),
+                             exact_products=False, hardware=hardware)
+            got.append(out.ravel()[0])
+        assert identical(reduce.canonical_nan(np.float32(got)), want)
+
+
+def test_the_self_test_passes_here_and_rejects_a_double_rounding_fma(monkeypatch):
+    assert kernels._self_test()
+    exact_kernel = kernels.gemm_packed
+    monkeypatch.setattr(kernels, "gemm_packed", lambda o, a, b, fused: exact_kernel(o, a, b, False))
+    assert not kernels._self_test()  # multiply-then-add: two roundings
+
+
+def test_an_inexact_fma_falls_back_to_the_emulation_and_warns_once(monkeypatch):
+    monkeypatch.setattr(kernels, "_self_test", lambda: False)
+    kernels._hardware_fma_checked.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="emulates each f32 fma"):
+            assert not kernels.hardware_fma()
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert not kernels.hardware_fma()  # decided once: no second warning
+        rng = np.random.default_rng(11)
+        a, b, c = spread(rng, (13, 40)), spread(rng, (40, 35)), spread(rng, (13, 35))
+        assert identical(dot_canonical(a, b, c=c), fma_chain(a, b, c))
+    finally:
+        kernels._hardware_fma_checked.cache_clear()
+
+
+def test_the_environment_switch_forces_the_emulation(monkeypatch):
+    monkeypatch.setenv(kernels.FMA_ENV, "emulate")
+    assert not kernels.hardware_fma()
+    monkeypatch.delenv(kernels.FMA_ENV)
+    assert kernels.hardware_fma()
+
+
+_F32_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0 ** -149, -(2.0 ** -149), 2.0 ** -126,
+                 3.4e38, -3.4e38, 1.0, -1.0]
+
+
+@st.composite
+def _operands(draw):
+    """Shapes around the micro-tile (K = 0 included) and f32 values over every binade, with
+    subnormals, signed zeros, infinities and NaNs."""
+    nb, M, K, N = (draw(st.integers(1, 2)), draw(st.integers(0, 19)), draw(st.integers(0, 12)),
+                   draw(st.integers(0, 70)))
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+
+    def values(shape):
+        with np.errstate(over="ignore"):  # overflowing draws are infinities, wanted too
+            x = spread(rng, shape, -150, 128)
+        pick = rng.random(shape) < draw(st.sampled_from([0.0, 0.05, 0.3]))
+        x[pick] = rng.choice(np.float32(_F32_SPECIALS), int(pick.sum()))
+        return x
+    return values((nb, M, K)), values((nb, K, N)), values((nb, M, N))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_operands())
+def test_packed_kernel_matches_the_emulation(ops):
+    A, B, C = ops
+    with np.errstate(all="ignore"):
+        hw, emulated = C.copy(), C.copy()
+        kernels.dot_rows(hw, A, B, exact_products=False, hardware=True)
+        kernels.dot_rows(emulated, A, B, exact_products=False, hardware=False)
+    assert identical(reduce.canonical_nan(hw), reduce.canonical_nan(emulated))
+
+
+@settings(max_examples=40, deadline=None)
+@given(_operands())
+def test_packed_kernel_with_exact_products_matches_the_fma_chain(ops):
+    with np.errstate(all="ignore"):
+        A, B, C = (x.astype(np.float16).astype(np.float32) for x in ops)  # exact products
+        want = fma_chain(A, B, C)
+        for hardware in (True, False):
+            out = C.copy()
+            kernels.dot_rows(out, A, B, exact_products=True, hardware=hardware)
+            assert identical(reduce.canonical_nan(out), want)
+
+
+def test_threads_split_tiles_without_changing_bits():
+    rng = np.random.default_rng(13)
+    A, B, C = spread(rng, (2, 61, 90)), spread(rng, (2, 90, 75)), spread(rng, (2, 61, 75))
+    outs = []
+    for threads in (1, 2, 3, 64):  # 64: more threads than tiles
+        out = C.copy()
+        kernels.dot_rows(out, A, B, exact_products=False, threads=threads)
+        outs.append(out)
+    assert all(identical(o, outs[0]) for o in outs) and identical(outs[0], fma_chain(A, B, C))
+
+
+def test_the_emulation_switch_gives_the_same_bits_in_a_fresh_process():
+    plain = digests_across_environments(_SCRIPT)[0]
+    env = dict(os.environ, **{kernels.FMA_ENV: "emulate"},
+               PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[1]) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == plain
+
+
+# -- compiled bf16/f16 conversions against NumPy's and ml_dtypes' -----------------------------
+
+def _hard_f32_bits() -> np.ndarray:
+    """Every exponent with the mantissas around f16's and bf16's rounding points (ties to odd
+    and even, one ulp off), both signs, plus random bit patterns (NaNs included)."""
+    low = [0, 1, 0xFFF, 0x1000, 0x1001, 0x2000, 0x3000, 0x2FFF, 0x3001, 0x7FFF, 0x8000, 0x8001,
+           0x18000, 0x17FFF, 0x7FFFFF, 0x7FF000, 0x7FEFFF, 0x7F8000, 0x7F7FFF]
+    grid = ((np.arange(256, dtype=np.uint32) << 23)[:, None] | np.uint32(low)[None, :]).ravel()
+    rng = np.random.default_rng(12)
+    rand = rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([grid, grid | np.uint32(0x80000000), rand])
+
+
+@pytest.mark.parametrize("name,dtype,max_code", [("f16", np.float16, 0x7BFF),
+                                                 ("bf16", ml_dtypes.bfloat16, 0x7F7F)])
+def test_compiled_encode_matches_the_libraries(name, dtype, max_code):
+    from tessera_ref.numerics import formats
+    from tessera_ref.numerics.convert import encode
+
+    x = _hard_f32_bits().view(np.float32)
+    nan = np.isnan(x)
+    with np.errstate(all="ignore"):
+        ref = x.astype(dtype).view(np.uint16)  # NumPy's / ml_dtypes' RNE conversion
+    got = encode(x, name)
+    assert (got[~nan] == ref[~nan]).all()
+    fmt = formats.get_format(name)
+    assert (got[nan] == (fmt.nan_code | (x[nan].view(np.uint32) >> 16 & 0x8000))).all()
+    saturated = encode(x, name, overflow="saturate")
+    inf = ~nan & ((ref & 0x7FFF) == fmt.inf_code)
+    assert inf.sum() > 5 and (saturated[inf] == (max_code | (ref[inf] & 0x8000))).all()
+    assert (saturated[~inf] == got[~inf]).all()
+
+
+@pytest.mark.parametrize("name,dtype", [("f16", np.float16), ("bf16", ml_dtypes.bfloat16)])
+def test_compiled_decode_of_every_code(name, dtype):
+    from tessera_ref.numerics.convert import decode
+
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    with np.errstate(all="ignore"):
+        ref = codes.view(dtype).astype(np.float32)
+    got = decode(codes.reshape(256, 256), name).ravel()
+    nan = np.isnan(ref)
+    assert identical(got[~nan], ref[~nan])
+    assert np.isnan(got[nan]).all() and (np.signbit(got[nan]) == np.signbit(ref[nan])).all()
+
+
+@pytest.mark.parametrize("dtype,idt", [(np.float32, np.int32), (np.float64, np.int64)])
+def test_magnitude_range_skips_zeros_and_specials(dtype, idt):
+    inf = int(np.array(np.inf, dtype).view(idt))
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -3.0, 2.0, -1e-300, 1e-45], dtype)
+    finite = x[np.isfinite(x) & (x != 0)]
+    lo, hi = kernels.magnitude_range(x.view(idt), inf)
+    got = np.array([lo, hi], idt).view(dtype)
+    assert got.tolist() == [np.abs(finite).min(), np.abs(finite).max()]
+    none = np.array([0.0, -0.0, np.nan, -np.inf], dtype)
+    assert kernels.magnitude_range(none.view(idt), inf) == (inf, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_widening_into_f32_is_exact_with_canonical_nans(dtype):
+    from tessera_ref.numerics.arith import to_accum
+
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    values = codes.view(dtype).reshape(256, 256)[:, ::3]  # strided too
+    got = to_accum(values, "f32")
+    with np.errstate(all="ignore"):
+        ref = values.astype(np.float32)  # NumPy's / ml_dtypes' widening
+    nan = np.isnan(ref)
+    assert identical(got[~nan], ref[~nan])
+    sign = (values.view(np.uint16)[nan].astype(np.uint32) & 0x8000) << 16
+    assert (got[nan].view(np.uint32) == (np.uint32(0x7FC00000) | sign)).all()

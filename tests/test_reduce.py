@@ -521,6 +521,8 @@ def test_bucketed_and_direct_deposits_agree(dtype, monkeypatch):
     rng = np.random.default_rng(34)
     x = (rng.standard_normal((3, 3000)) * np.exp2(rng.integers(-100, 100, (3, 3000)))).astype(dtype)
     x[0, :5] = [np.inf, 0.0, -0.0, 1e-45, -1e-45]
+    if dtype == np.float64:  # subnormal and huge f64 terms, and significands of 53 bits
+        x[2, :6] = [5e-324, -1e-310, 1.5e308, 2.2e-308, 1 - 2.0 ** -53, -(1 + 2.0 ** -52)]
     results = []
     for threshold in (1, 10 ** 9):  # everything bucketed / nothing bucketed
         monkeypatch.setitem(exactsum._BUCKET_ROW_MIN, dtype, threshold)
@@ -528,6 +530,7 @@ def test_bucketed_and_direct_deposits_agree(dtype, monkeypatch):
         results.append(acc.as_fractions())
     assert list(results[0]) == list(results[1])
     assert results[0][0] == math.inf and results[0][1] == exact_fraction(x[1])
+    assert results[0][2] == exact_fraction(x[2])
 
 
 def test_accumulator_add_shapes_and_domains():

@@ -28,7 +28,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import ArithError, TesseraError
-from .convert import cast, exact_source
+from .convert import cast, exact_source, widen_16
 from .formats import Format, get_format
 from .policy import as_policy
 
@@ -46,6 +46,7 @@ ELEMENTWISE_OPS = {"add": 2, "sub": 2, "mul": 2, "div": 2, "sqrt": 1, "fma": 3}
 
 _UFUNCS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "sqrt": np.sqrt}
 _F64_MIN_NORMAL = 2.0 ** -1022
+_WIDEN_16 = {get_format(name).dtype: get_format(name) for name in ("f16", "bf16")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -85,6 +86,8 @@ def to_accum(x, accum) -> np.ndarray:
     arr = np.asarray(x)
     if arr.dtype == accum.dtype:
         return arr
+    if accum.name == "f32" and arr.dtype in _WIDEN_16:  # exact: one compiled pass
+        return widen_16(arr.view(np.uint16), _WIDEN_16[arr.dtype], quiet=True)
     return cast(arr, accum, rounding="rne", overflow="native")
 
 

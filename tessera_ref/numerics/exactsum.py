@@ -26,8 +26,8 @@ How terms reach the digits: a term ``k · 2^t`` (``k`` its integer significand) 
 block are summed per (output, digit) with ``np.bincount``, whose f64 sums are exact because
 every piece is an integer below 2^33 and at most 2^20 pieces meet in a bin (so every partial
 sum stays below 2^53, in any order). Carries are then propagated in int64. Long rows are first
-summed per exponent field, again exactly (``_bucket_terms``), and only the bucket totals are
-split into digits.
+summed per exponent field, again exactly, in compiled integer loops (``_bucket_terms``), and
+only the bucket totals are split into digits.
 """
 from __future__ import annotations
 
@@ -232,7 +232,7 @@ class ExactAccumulator:
             self._neg_inf[g0:g1] |= (block == -np.inf).any(axis=1)
             block = np.where(finite, block, 0.0).astype(block.dtype)
         if block.shape[1] >= _BUCKET_ROW_MIN[block.dtype.type]:
-            k, t = _bucket_terms(block, self._lsb)
+            k, t = _bucket_terms(block)
             self._deposit(k, t, g0, wide=True)
         else:
             k, t = _significand_and_shift(block)
@@ -358,37 +358,26 @@ def _significand_and_shift(x: np.ndarray):
     return np.where(bits < 0, -k, k), t
 
 
-def _bucket_terms(x: np.ndarray, lsb: int):
+def _bucket_terms(x: np.ndarray):
     """Sum the finite values of each row by exponent field, exactly; return the bucket sums
-    as ``(k, t)`` terms (``|k| < 2^53``) for :meth:`ExactAccumulator._deposit`.
+    as ``(k, t)`` terms (``|k| < 2^63``) for :meth:`ExactAccumulator._deposit`.
 
-    All f32 values with the same exponent field are multiples of one quantum with at most 24
-    significant bits, so ``np.bincount``'s f64 sums of at most 2^20 of them (≤ 44 bits) are
-    exact in any order. An f64 value is split into a high half (low 27 significand bits
-    cleared, ≤ 26 bits) and the exact low half (≤ 27 bits), bucketed separately, for the same
-    reason. Bucket ``e`` has quantum 2^(max(e, 1) − 1 + lsb) (the subnormal bucket shares
-    bucket 1's), times 2^27 for the high halves.
+    Values with one exponent field ``e`` are integer multiples ``k`` of one quantum,
+    2^(max(e, 1) − 1) units of the domain (the subnormal field shares field 1's); each row's
+    significands are summed per field as integers, high part ``k >> 26`` and low part
+    ``k mod 2^26`` separately, by the compiled :func:`~tessera_ref.numerics.kernels.bucket_rows`.
     """
+    from .kernels import bucket_rows
+
     g = x.shape[0]
     if x.dtype == np.float32:
-        field = (x.view(np.uint32) >> np.uint32(23)) & np.uint32(0xFF)
-        parts, offsets, buckets = (x,), (0,), 256
+        sums = bucket_rows(x.view(np.int32), 8, 23)
     else:
-        bits = x.view(np.uint64)
-        field = (bits >> np.uint64(52)) & np.uint64(0x7FF)
-        high = (bits & ~np.uint64((1 << 27) - 1)).view(np.float64)
-        parts, offsets, buckets = (high, x - high), (27, 0), 2048
-    index = field.astype(np.intp)
-    if g > 1:
-        index += (np.arange(g, dtype=np.intp) * buckets)[:, None]
-    index = index.ravel()
-    t0 = np.maximum(np.arange(buckets, dtype=np.int64), 1) - 1
-    ks, ts = [], []
-    for part, offset in zip(parts, offsets):
-        sums = np.bincount(index, weights=part.ravel(), minlength=g * buckets).reshape(g, buckets)
-        ks.append(np.ldexp(sums, -(t0 + offset + lsb)).astype(np.int64))
-        ts.append(np.broadcast_to(t0 + offset, (g, buckets)))
-    return np.concatenate(ks, axis=1), np.concatenate(ts, axis=1)
+        sums = bucket_rows(x.view(np.int64), 11, 52)
+    fields = sums.shape[2]
+    t0 = np.maximum(np.arange(fields, dtype=np.int64), 1) - 1
+    t = np.broadcast_to(np.concatenate([t0 + 26, t0]), (g, 2 * fields))
+    return sums.reshape(g, 2 * fields), t
 
 
 def _propagate_carries(digits: np.ndarray, start: int, stop: int) -> None:

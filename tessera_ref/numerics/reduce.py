@@ -72,12 +72,16 @@ def _products_exact(fa: Format, fb: Format, accum: Format, a: np.ndarray, b: np.
         return False
     if _lsb(fa) * _lsb(fb) >= accum.min_subnormal and fa.max * fb.max <= accum.max:
         return True
+    from .kernels import magnitude_range  # one compiled pass per operand
+
     ranges = []
     for v in (a, b):
-        mag = np.abs(v[np.isfinite(v) & (v != 0)].astype(np.float64))
-        if mag.size == 0:
+        idt = np.int32 if v.dtype == np.float32 else np.int64
+        inf = int(np.array(np.inf, v.dtype).view(idt))
+        lo, hi = magnitude_range(np.ravel(v).view(idt), inf)
+        if hi == 0:
             return True  # every product is zero, infinite or NaN: exact or IEEE-special
-        ranges.append((float(mag.min()), float(mag.max())))
+        ranges.append(np.array([lo, hi], idt).view(v.dtype).astype(np.float64))
     (amin, amax), (bmin, bmax) = ranges
     return amin * bmin >= accum.min_normal and amax * bmax <= accum.max
 
@@ -180,25 +184,34 @@ def _accumulate(acc: np.ndarray, A: np.ndarray, B: np.ndarray, accum: Format, ex
 def _accumulate_compiled(acc: np.ndarray, A: np.ndarray, B: np.ndarray, exact: bool):
     """:func:`_accumulate` for f32 accumulation, and for f64 accumulation of exact products,
     by the compiled kernels (:mod:`~tessera_ref.numerics.kernels`); the batch axes are
-    broadcast and flattened, each operand copied once into a contiguous array. A call of
-    fewer than ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits, less wait)."""
+    flattened, each operand keeps only its own batches (a broadcast operand is read, and
+    packed, once) and is made contiguous (copied only when it is not). A call of fewer than
+    ``_PARALLEL_MIN_FMAS`` fmas in all runs on one thread (same bits, less wait)."""
     import numba  # loaded on the first dot product, not with the package
 
-    from .kernels import dot_rows_exact, dot_rows_fma_f32
+    from .kernels import dot_rows
 
     batch, (M, N), K = acc.shape[:-2], acc.shape[-2:], A.shape[-1]
     nb = int(np.prod(batch, dtype=np.int64))
 
-    def rows(x, tail):
-        return np.array(np.broadcast_to(x, batch + tail).reshape((nb,) + tail), dtype=acc.dtype,
-                        order="C")
+    def operand(x):
+        """``x``'s own batches, contiguous and writable (the kernels only read them; one
+        compiled variant), and the index of the one each output batch reads."""
+        own = x.shape[:-2]
+        count = int(np.prod(own, dtype=np.int64))
+        data = np.ascontiguousarray(x.reshape((count,) + x.shape[-2:]), dtype=acc.dtype)
+        index = np.broadcast_to(np.arange(count, dtype=np.int64).reshape(own), batch)
+        data = data if data.flags.writeable else data.copy()
+        return data, np.ascontiguousarray(index).reshape(-1)
     out = np.array(acc, order="C")
     threads = numba.get_num_threads()
-    if nb * M * N * K < _PARALLEL_MIN_FMAS:
+    parallel = nb * M * N * K >= _PARALLEL_MIN_FMAS and threads > 1
+    if not parallel:
         numba.set_num_threads(1)  # this Python thread only; restored below
     try:
-        (dot_rows_exact if exact else dot_rows_fma_f32)(out.reshape((nb, M, N)), rows(A, (M, K)),
-                                                        rows(B, (K, N)))
+        (A1, a_of), (B1, b_of) = operand(A), operand(B)
+        dot_rows(out.reshape((nb, M, N)), A1, B1, exact_products=exact,
+                 threads=threads if parallel else 1, a_of=a_of, b_of=b_of)
     finally:
         numba.set_num_threads(threads)
     return out

@@ -747,21 +747,22 @@ _F32 = np.dtype(np.float32)
 
 def _mma_values(a, b, acc, accum: str) -> np.ndarray:
     """``dot_canonical(a, b, accum=accum, c=acc)`` (NUM-RED-1). For f32 operands, accumulator
-    and accumulation — where ``dot_canonical`` always runs the emulated-fma kernel — that
-    kernel is called directly, skipping the per-call dispatch (the bits are the same). A
-    tensor-core ``accum`` (``"tc:sm80"``) computes the model's block FMAs (NUM-TC-5)."""
+    and accumulation — where ``dot_canonical`` always runs the fma kernel — that kernel is
+    called directly, skipping the per-call dispatch (the bits are the same). A tensor-core
+    ``accum`` (``"tc:sm80"``) computes the model's block FMAs (NUM-TC-5)."""
     if accum.startswith(tc.PREFIX):
         return tc.mma(a, b, acc, accum)
     if accum == "f32" and a.dtype == b.dtype == acc.dtype == _F32:
         import numba  # loaded with the first mma, as the numerics package does
 
-        from ...numerics.kernels import dot_rows_fma_f32
+        from ...numerics.kernels import dot_rows
 
         out = np.array(acc, order="C")
         threads = numba.get_num_threads()
         numba.set_num_threads(1)  # a tile-sized call: one thread (same bits, no pool wake-up)
         try:
-            dot_rows_fma_f32(out[None], np.ascontiguousarray(a)[None], np.ascontiguousarray(b)[None])
+            dot_rows(out[None], np.ascontiguousarray(a)[None], np.ascontiguousarray(b)[None],
+                     exact_products=False)
         finally:
             numba.set_num_threads(threads)
         return canonical_nan(out)
