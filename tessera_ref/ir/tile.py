@@ -27,6 +27,7 @@ unary               x -> like x                                       ``fn``
 reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
 cast                x -> index or scalar                              -
 select              mask, a, b -> like a                              -
+shfl_xor            x (a lane value) -> like x                        ``offset``
 load                buffer, index per dim -> scalar                   -
 store               buffer, index per dim, value                      -
 alloc               -> shared buffer                                  ``swizzle``, ``pad``
@@ -59,7 +60,7 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "is_kernel"]
+           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
@@ -74,6 +75,8 @@ MATH_FNS = ("exp", "expm1", "log", "sin", "cos", "tanh", "erf", "erfc", "sigmoid
 UNARY_FNS = ("neg", "not", "sqrt", "abs") + MATH_FNS
 REDUCE_FNS = ("sum", "mean", "max", "min")
 SWIZZLES = ("none", "xor")
+#: The lanes of a warp: ``shfl_xor`` exchanges values within one (TILE-WARP-1).
+WARP = 32
 
 
 def buffer(shape, fmt) -> TensorType:
@@ -130,6 +133,19 @@ def _verify_reduce(op):
     t = _static_tensor(op, op.operands[0], "the reduced fragment")
     if not 0 <= op.attributes["axis"] < t.rank:
         raise op.emit_error(f"axis {op.attributes['axis']} is not an axis of {t}")
+
+
+def _verify_shfl(op):
+    _n_operands(1)(op)
+    _attr(op, "offset", int)
+    if not 1 <= op.attributes["offset"] < WARP:
+        raise op.emit_error(f"offset must be 1 to {WARP - 1} (a partner in the same {WARP}-lane warp), is "
+                            f"{op.attributes['offset']}")
+    t = op.operands[0].type
+    if not isinstance(t, (ScalarType, IndexType)):
+        raise op.emit_error(f"exchanges a lane value (a scalar or an index), not {t}")
+    if len(op.results) != 1 or op.results[0].type != t:
+        raise op.emit_error(f"gives one value of the exchanged type {t}")
 
 
 def _verify_memory(op, value_operands: int):
@@ -235,6 +251,7 @@ _OPS = {
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
     "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
+    "shfl_xor": (_verify_shfl, True),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
     "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
@@ -368,6 +385,11 @@ class KernelBuilder:
 
     def select(self, mask: Value, a: Value, b: Value) -> Value:
         return self._one("select", (mask, a, b), a.type)
+
+    def shfl_xor(self, x: Value, offset: int) -> Value:
+        """Lane ``l`` gets ``x`` of lane ``l xor offset`` of its warp (TILE-WARP-1); every
+        lane of the warp must execute it."""
+        return self._one("shfl_xor", (x,), x.type, {"offset": int(offset)})
 
     # memory
     def load(self, buf: Value, index) -> Value:

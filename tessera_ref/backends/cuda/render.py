@@ -10,8 +10,9 @@ byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
 plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
 element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
-``__syncthreads()``. A fragment is a register array holding the elements ``j ≡ lane (mod
-lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` (``fma`` in
+``__syncthreads()``; ``shfl_xor`` is ``tsr_shfl_xor(v, offset)``, the device header's
+``__shfl_xor_sync(0xffffffff, v, offset)``. A fragment is a register array holding the
+elements ``j ≡ lane (mod lanes)`` in row-major order; ``mma`` updates each owned element with ``fmaf`` (``fma`` in
 f64) over k ascending — the NUM-RED-1 order, so a compiled kernel would compute the
 interpreter's bits. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
 broadcast along an axis (``[Br, 1]`` against ``[Br, Dv]``) is not owned by the lane that
@@ -267,6 +268,9 @@ class _Emitter:
         cast = _convert(x, src, dst, op.location) if src and dst else f"({self.ctype(op.results[0].type)})({x})"
         self.value(op, cast)
 
+    def op_shfl_xor(self, op):
+        self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
+
     def op_select(self, op):
         m, a, b = (self.arg(v) for v in op.operands)
         self.value(op, f"{m} ? {a} : {b}")
@@ -513,7 +517,8 @@ RULES = {T._name(short): rule for short, rule in {
     "lane_id": _Emitter.op_lane_id, "linear_id": _Emitter.op_linear_id, "num_lanes": _Emitter.op_num_lanes,
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
-    "cast": _Emitter.op_cast, "select": _Emitter.op_select, "load": _Emitter.op_load, "store": _Emitter.op_store,
+    "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
+    "load": _Emitter.op_load, "store": _Emitter.op_store,
     "alloc": _Emitter.op_alloc, "subview": _Emitter.op_subview, "cp_async": _Emitter.op_cp_async,
     "cp_async_commit": _Emitter.op_cp_async_commit, "cp_async_wait": _Emitter.op_cp_async_wait,
     "barrier": _Emitter.op_barrier, "fill": _Emitter.op_fill, "frag_load": _Emitter.op_frag_load,
