@@ -4,9 +4,15 @@
 op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
 the ops without one, and why): a tile is a thread block, a lane a thread
 (``threadIdx.x``), tile ids are ``blockIdx``; global buffers are row-major pointers;
-``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
-byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
-``swizzle = "xor"``; a view is a base pointer
+``alloc`` is a typed pointer into the kernel's one dynamic shared-memory array
+``extern __shared__ __align__(16) unsigned char tsr_smem[]`` at the byte offset
+:func:`shared_layout` gives it (program order, 128-byte boundaries: the interpreter's
+placement), rows padded by ``pad`` elements, byte offsets through ``TSR_SWIZZLE`` (CuTe
+``Swizzle<3,4,3>``) with ``swizzle = "xor"``. A launch passes the kernel's byte count
+(:func:`dynamic_smem`; also printed above the kernel) as its dynamic shared memory, and
+above 48 KB (:data:`SMEM_STATIC_LIMIT`) first raises the kernel's
+``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CuPy: ``RawKernel.max_dynamic_shared_size_bytes``);
+:func:`emit_cuda` refuses a kernel over its architecture's limit (:data:`SMEM_LIMIT`); a view is a base pointer
 plus an element offset and strides; ``cp_async`` is a block-strided loop of 16-byte (or
 element-sized) ``tsr_cp_async`` copies, ``cp_async_commit`` / ``cp_async_wait`` /
 ``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
@@ -47,7 +53,8 @@ from ...ir import tile as T
 from ...ir.builtin import RETURN
 from ...ir.types import IndexType, ScalarType, TensorType
 
-__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "shared_layout",
+           "dynamic_smem"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -72,6 +79,7 @@ _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
+_ALLOC = f"{T.DIALECT}.alloc"
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -110,6 +118,36 @@ def _convert(expr: str, src, dst, location=None) -> str:
     return f"tsr_cvt<{ctype}>({expr})"
 
 
+#: The most shared memory one block may use (hardware.md): 227 KB on sm_90, 163 KB on sm_80.
+SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}
+#: Above this many bytes a launch must first raise the kernel's
+#: ``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CuPy: ``max_dynamic_shared_size_bytes``).
+SMEM_STATIC_LIMIT = 48 * 1024
+_SMEM_BOUNDARY = 128  # each allocation starts at a 128-byte boundary, as in the interpreter (TILE-MEM-2)
+
+
+def shared_layout(func) -> tuple:
+    """``({alloc op: byte offset}, total bytes)``: a kernel's shared buffers carved out of one
+    dynamic shared-memory array — the ``alloc`` ops in program order, each at the next
+    128-byte boundary, its size its rows padded by ``pad`` (the tile interpreter's placement,
+    TILE-MEM-2, so its bank counters see the compiled kernel's addresses)."""
+    offsets, top = {}, 0
+    for op in func.walk():
+        if op.name == _ALLOC:
+            t = op.results[0].type
+            offsets[op] = top
+            size = math.prod(t.shape[:-1]) * (t.shape[-1] + op.attributes["pad"]) * t.dtype.itemsize
+            top += -(-size // _SMEM_BOUNDARY) * _SMEM_BOUNDARY
+    return offsets, top
+
+
+def dynamic_smem(module: Module) -> dict:
+    """``{kernel name: bytes of dynamic shared memory}`` for every tile kernel of ``module``:
+    what a launch passes (CuPy ``shared_mem=``), raising the kernel's maximum dynamic
+    shared memory attribute first when it is above :data:`SMEM_STATIC_LIMIT`."""
+    return {op.attributes["sym_name"]: shared_layout(op)[1] for op in module.body if T.is_kernel(op)}
+
+
 class _View:
     """A buffer region: pointer name, element offset expression, shape, strides, swizzled?"""
 
@@ -134,6 +172,7 @@ class _Emitter:
         self.indent = 1
         self.lanes = func.attributes.get("launch.lanes")
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
+        self.smem_offsets, self.smem_bytes = shared_layout(func)
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -180,6 +219,11 @@ class _Emitter:
         launch = ""
         if "launch.grid" in attrs:
             launch = f"// launch: grid {tuple(attrs['launch.grid'])}, {attrs['launch.lanes']} threads per block\n"
+        if self.smem_bytes:
+            raise_limit = (f"; over {SMEM_STATIC_LIMIT:,} B: raise cudaFuncAttributeMaxDynamicSharedMemorySize first"
+                           if self.smem_bytes > SMEM_STATIC_LIMIT else "")
+            launch += f"// dynamic shared memory: {self.smem_bytes} B{raise_limit}\n"
+            self.emit("extern __shared__ __align__(16) unsigned char tsr_smem[];  // every alloc is carved out of it")
         head = f'{launch}extern "C" __global__ void {attrs["sym_name"]}({", ".join(params)}) {{'
         self.block(self.func.regions[0].entry)
         return "\n".join([head] + self.lines + ["}"])
@@ -289,8 +333,8 @@ class _Emitter:
     def op_alloc(self, op):
         t, pad = op.results[0].type, op.attributes["pad"]
         name = self.name(op.results[0])
-        rows = math.prod(t.shape[:-1])
-        self.emit(f"__shared__ __align__(128) {self.ctype(t)} {name}[{rows * (t.shape[-1] + pad)}];"
+        ctype = self.ctype(t)
+        self.emit(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(tsr_smem + {self.smem_offsets[op]});"
                   f"  // {list(t.shape)}, rows padded by {pad}, swizzle {op.attributes['swizzle']}")
         self.names[op.results[0]] = _View(name, "0", t.shape, self.strides(t.shape, pad),
                                           op.attributes["swizzle"] == "xor", t.dtype.itemsize)
@@ -533,9 +577,23 @@ NO_RULE = {
 }
 
 
-def emit_cuda(module: Module) -> str:
-    """The CUDA C text of every tile kernel in ``module`` (see the module docstring)."""
+def emit_cuda(module: Module, arch="sm_90") -> str:
+    """The CUDA C text of every tile kernel in ``module`` (see the module docstring). ``arch``
+    (``"sm_80"``, ``"sm_90"`` or a list of them) sets the shared-memory budget: a kernel
+    needing more than :data:`SMEM_LIMIT` of any of them is a LoweringError."""
     kernels = [op for op in module.body if T.is_kernel(op)]
     if not kernels:
         raise LoweringError("the module holds no tile kernels", fix="lower a Graph IR program first")
+    for name in [arch] if isinstance(arch, str) else list(arch):
+        if name not in SMEM_LIMIT:
+            raise LoweringError(f"the CUDA emitter knows the shared-memory budget of {sorted(SMEM_LIMIT)}, not "
+                                f"{name!r}", fix="pass arch='sm_80' or 'sm_90'")
+        for k in kernels:
+            need = shared_layout(k)[1]
+            if need > SMEM_LIMIT[name]:
+                raise LoweringError(f"kernel @{k.attributes['sym_name']} needs {need:,} B of shared memory per block, "
+                                    f"over the {SMEM_LIMIT[name]:,} B ({SMEM_LIMIT[name] // 1024} KB) a block may use "
+                                    f"on {name}", location=k.location,
+                                    fix="use fewer pipeline stages or smaller tiles (the autotuner rejects such "
+                                        "schedules against the preset's limit)")
     return HEADER + "\n" + "\n\n".join(_Emitter(k).kernel() for k in kernels) + "\n"

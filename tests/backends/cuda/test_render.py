@@ -20,7 +20,7 @@ SHIM = r"""
 struct tsr_dim3 { long x, y, z; };
 extern tsr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
-#define __shared__ static
+#define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 typedef float __half;
 // distinct narrow types, so a missing conversion is a compile error (as with CUDA's explicit operators)
@@ -65,7 +65,10 @@ def test_matmul_target_text_is_labelled_and_has_the_pipeline():
     text = inspect(_program(lambda a, b: op.matmul(a, b), A, A, tile=(32, 32, 16), stages=3, padding=1), "target")
     assert text.startswith("// Tessera target text") and "NOT YET COMPILED" in text
     assert "__global__ void" in text and "tsr_cp_async_wait<1>();" in text and "__syncthreads();" in text
-    assert "fmaf(" in text and "[1632]" in text  # 3 stages x 32 rows x (16 + 1 pad) floats
+    assert "fmaf(" in text and "// [3, 32, 16], rows padded by 1" in text
+    # A's ring 3 x 32 rows x (16 + 1) floats = 6,528 B, then B's 3 x 16 x (32 + 1) floats = 6,336 B at 128-byte
+    # boundaries: 6,528 + 6,400 B of dynamic shared memory
+    assert "reinterpret_cast<float*>(tsr_smem + 6528);" in text and "dynamic shared memory: 12928 B\n" in text
 
 
 @pytest.mark.skipif(GXX is None, reason="needs g++")
