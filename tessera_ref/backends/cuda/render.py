@@ -1,4 +1,4 @@
-"""Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), NOT compiled in this build.
+"""Tile IR -> CUDA C text (the ``"target"`` level of ``inspect_ir``), compiled by NVRTC.
 
 :func:`emit_cuda` prints every tile kernel of a module as one ``__global__`` function, op by
 op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
@@ -39,9 +39,8 @@ propagates, which ``fmaxf`` does not), all from the device header the CUDA phase
 (``tessera_device.cuh``; DESIGN §9). Index values are ``long`` and are never negative in the
 lowered kernels, so C's ``/`` and ``%`` agree with Tile IR's ``floordiv`` and ``mod``.
 
-The text is what the CUDA phase will compile with NVRTC; this build never runs it, and the
-header says it is not yet compiled (the tests only type-check it, and compile it with nvcc
-where the CUDA toolkit is installed).
+The text is what :mod:`tessera_ref.backends.cuda.compile` compiles with NVRTC (the header
+names the options; docs/spec/cuda.md).
 """
 from __future__ import annotations
 
@@ -58,7 +57,9 @@ __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
-// NOT YET COMPILED: this build has no NVRTC step; the CUDA phase compiles this text.
+// Compiled by NVRTC (tessera_ref.backends.cuda.compile; docs/spec/cuda.md CUDA-COMPILE-1) with
+// --fmad=false (no contraction of a*b+c), -std=c++17, -arch=sm_80|sm_90, -I<tessera_device.cuh's
+// directory> -I<the pinned CUDA runtime headers>, --ptxas-options=-v.
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -71,7 +72,7 @@ HEADER = """\
 // largest finite value plus half an ulp to 0x7F | sign for e4m3 (its NaN; e4m3 has no inf)
 // and 0x7C | sign (inf) for e5m2, but first replaces a NaN input by +NaN, giving 0x7F in
 // both, where NUM-CVT gives 0x7F / 0xFF and 0x7E / 0xFE. So tsr_cvt handles NaN inputs
-// itself, then calls these.
+// itself (tessera_device.cuh rounds every conversion with one integer encoder).
 """
 
 _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
@@ -271,9 +272,10 @@ class _Emitter:
     def op_constant(self, op):
         v = op.attributes["value"]
         if isinstance(v, float):
-            text = ("-" if v < 0 else "") + "INFINITY" if math.isinf(v) else f"{v!r}"
-            if isinstance(op.results[0].type, ScalarType) and op.results[0].type.format.name == "f32" and \
-                    not math.isinf(v):
+            fmt = _format(op.results[0].type)
+            inf = "TSR_INF" if fmt == "f64" else "TSR_INFF"  # bit patterns: NVRTC has no math.h
+            text = ("-" if v < 0 else "") + inf if math.isinf(v) else f"{v!r}"
+            if fmt == "f32" and not math.isinf(v):
                 text += "f"
             text = "-0.0f" if v == 0 and math.copysign(1, v) < 0 else text
         else:
@@ -367,7 +369,7 @@ class _Emitter:
     def op_cp_async(self, op):
         dst, src = self.names[op.operands[0]], self.names[op.operands[1]]
         self.emit("// cp.async: one copy per element here; the CUDA phase groups them into 16-byte copies")
-        self._box_loop(dst, lambda idx: self.emit(f"tsr_cp_async(&{dst.at(idx)}, &{src.at(idx)}, {dst.itemsize});"))
+        self._box_loop(dst, lambda idx: self.emit(f"tsr_cp_async<{dst.itemsize}>(&{dst.at(idx)}, &{src.at(idx)});"))
 
     def op_cp_async_commit(self, op):
         self.emit("tsr_cp_async_commit();")

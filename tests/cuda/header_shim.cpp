@@ -1,0 +1,46 @@
+// Host build of tessera_device.cuh for tests/cuda/test_device_header.py (g++ -ffp-contract=off):
+// exports the header's NUM-MATH entry points and NUM-CVT encoders over arrays, by name.
+#include <cstring>
+#include "tessera_device.cuh"
+
+typedef double (*f64_fn)(double);
+typedef float (*f32_fn)(float);
+struct Entry { const char* name; f64_fn d; f32_fn f; };
+#define E(fn) {#fn, static_cast<f64_fn>(tsr_##fn), static_cast<f32_fn>(tsr_##fn)}
+static const Entry MATH[] = {E(exp), E(expm1), E(log), E(sin), E(cos), E(tanh), E(erf), E(erfc),
+                             E(sigmoid), E(silu), E(gelu), E(gelu_tanh), E(rsqrt)};
+static const Entry* find(const char* name) {
+  for (const Entry& e : MATH) if (!std::strcmp(e.name, name)) return &e;
+  return nullptr;
+}
+
+extern "C" int tsr_math_f64(const char* name, const double* x, double* out, long n) {
+  const Entry* e = find(name);
+  if (!e) return -1;
+  for (long i = 0; i < n; ++i) out[i] = e->d(x[i]);
+  return 0;
+}
+extern "C" int tsr_math_f32(const char* name, const float* x, float* out, long n) {
+  const Entry* e = find(name);
+  if (!e) return -1;
+  for (long i = 0; i < n; ++i) out[i] = e->f(x[i]);
+  return 0;
+}
+extern "C" int tsr_extreme(const char* name, int f64, const void* a, const void* b, void* out, long n) {
+  bool mx = !std::strcmp(name, "max");
+  for (long i = 0; i < n; ++i) {
+    if (f64) ((double*)out)[i] = mx ? tsr_max(((const double*)a)[i], ((const double*)b)[i])
+                                   : tsr_min(((const double*)a)[i], ((const double*)b)[i]);
+    else ((float*)out)[i] = mx ? tsr_max(((const float*)a)[i], ((const float*)b)[i])
+                              : tsr_min(((const float*)a)[i], ((const float*)b)[i]);
+  }
+  return 0;
+}
+extern "C" int tsr_cvt_codes(const char* fmt, const double* x, unsigned long long* out, long n) {
+  tsr_u64 (*enc)(double) = !std::strcmp(fmt, "f32") ? tsr_cvt_bits_f32 : !std::strcmp(fmt, "f16") ? tsr_cvt_bits_f16
+                         : !std::strcmp(fmt, "bf16") ? tsr_cvt_bits_bf16 : !std::strcmp(fmt, "fp8_e4m3") ? tsr_cvt_bits_e4m3
+                         : !std::strcmp(fmt, "fp8_e5m2") ? tsr_cvt_bits_e5m2 : nullptr;
+  if (!enc) return -1;
+  for (long i = 0; i < n; ++i) out[i] = enc(x[i]);
+  return 0;
+}
