@@ -11,8 +11,9 @@ Tile lowering reports them). The families (LOWER-FAMILY-1) are :mod:`.matmul`, :
 
 Chains of a fusing family's ops (``KernelFamily.fuses``: the elementwise ops) become one
 kernel (LOWER-FUSE-1): consecutive ops of the function body, each of the chain's result
-type with operands of that type or 0-d, each after the first using a value the chain
-computed; constants between them are emitted before the kernel. The kernel's operands are
+type with operands of that type or 0-d (an op that uses nothing the chain computed joins
+too: the kernel then has one more result); constants between them are emitted before the
+kernel. The kernel's operands are
 the values the chain uses from outside, in order of first use; its results the chain's
 values used after it (the last op's always). Its schedule is the last op's, with the
 directives of the first op's position.
@@ -145,7 +146,7 @@ def graph_to_schedule(program, directives: dict | None = None, *, per_op: dict |
 
         for index, op in enumerate(func.regions[0].entry):
             t = _chain_type(op)
-            if chain and t == chain[-1].results[0].type and any(v.defining_op in chain for v in op.operands):
+            if chain and t == chain[-1].results[0].type:
                 chain.append(op)
             elif chain and not op.operands and family_of(op) is None:
                 body.append(op.clone(mapping))  # a constant inside a chain: computed before its kernel
