@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
+_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND|CUDA)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
 CLAUSE = re.compile(rf"\b{_ID}\b")
 
 

@@ -19,10 +19,11 @@ from ..dist.collectives import mailbox_scope
 from ..dist.execute import check_sharded_arguments, sharded_step
 from ..dist.tensor import DistTensor
 from ..errors import OpError
-from ..ir import FUNC, Operation
+from ..ir import FUNC, Module, Operation, TensorType
 from ..ir.launch import Launch
 from ..lowering import autotune, pipeline
 from ..ops.execute import bind_arguments, call_of, evaluate
+from ..ops.values import Trace, Tracer
 
 __all__ = ["Backend", "Communicator", "Launch"]
 
@@ -138,6 +139,19 @@ class Backend(abc.ABC):
     def lower(self, graph, directives: dict | None = None):
         """Graph IR -> a lowered program this backend runs (:func:`tessera_ref.lowering.lower`)."""
         return pipeline.lower(graph, directives)
+
+    def lower_op(self, call, operands):
+        """The lowered program of one Graph IR op: a module whose one function applies
+        ``call``'s op to parameters of the operands' shapes (a traced op's symbolic sizes take
+        the sizes of this run), lowered by :meth:`lower` (a LoweringError if it has no tile lowering)."""
+        prim = call.primitive
+        in_types = tuple(TensorType(x.shape, t.policy) for x, t in zip(operands, call.in_types))
+        trace = Trace(f"{prim.name}_kernel", location=call.location)
+        params = [p.value for p in trace.arguments(in_types)]
+        op = trace.emit(prim.ir_name, params, prim.infer_types(call.attrs, in_types, call.location),
+                        dict(call.attrs), call.location)
+        module: Module = trace.finish([Tracer(r, trace) for r in op.results])
+        return self.lower(module)
 
     def inspect(self, graph, level: str, directives: dict | None = None) -> str:
         """The text of a Graph IR module at ``level`` (``"schedule"``, ``"tile"``, ``"target"``)."""

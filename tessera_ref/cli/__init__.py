@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from . import backends, conformance, demo, formats, ops, run, sim
+from . import backends, conformance, cuda, demo, formats, ops, run, sim
 
 __all__ = ["main", "build_parser"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS = (formats, ops, run, demo, sim, backends, conformance)
+COMMANDS = (formats, ops, run, demo, sim, backends, conformance, cuda)
 
 
 def build_parser() -> argparse.ArgumentParser:

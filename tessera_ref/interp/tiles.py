@@ -12,23 +12,9 @@ from __future__ import annotations
 
 from ..backends.registry import register
 from ..errors import BackendError, LoweringError
-from ..ir import Module, TensorType
-from ..ops.values import Trace, Tracer
 from .backend import InterpBackend
 
 __all__ = ["TileBackend"]
-
-
-def _one_op_module(call, operands) -> Module:
-    """A module whose one function applies ``call``'s op to parameters of the operands' shapes
-    (a traced op's symbolic sizes take the sizes of this run)."""
-    prim = call.primitive
-    in_types = tuple(TensorType(x.shape, t.policy) for x, t in zip(operands, call.in_types))
-    trace = Trace(f"{prim.name}_kernel", location=call.location)
-    params = [p.value for p in trace.arguments(in_types)]
-    op = trace.emit(prim.ir_name, params, prim.infer_types(call.attrs, in_types, call.location), dict(call.attrs),
-                    call.location)
-    return trace.finish([Tracer(r, trace) for r in op.results])
 
 
 class TileBackend(InterpBackend):
@@ -42,7 +28,7 @@ class TileBackend(InterpBackend):
         if call.primitive.kernel_family is None:
             return super().run_op(call, *operands)
         try:
-            program = self.lower(_one_op_module(call, operands))
+            program = self.lower_op(call, operands)
         except LoweringError as exc:
             raise BackendError(f"interp-tiles has no tile kernel for this {call.primitive.name}: {exc.what}",
                                location=call.location, fix="run it on the 'interp' backend") from None

@@ -193,10 +193,13 @@ def _copy_args(args):
 
 
 def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = True,
-                    cache: bool = True) -> AutotuneResult:
+                    cache: bool = True, screen=None) -> AutotuneResult:
     """Pick the fastest of ``variants`` (``[(config, kernel or Tile IR module)]``) on ``problem``
     (``dict(args=..., grid=..., lanes=...)``, grid/lanes values or callables of the config;
-    optional ``key``); see the module docstring."""
+    optional ``key``); see the module docstring. ``screen(module) -> reason or None``, if given,
+    runs first on each configuration and rejects it with the reason it returns (a backend's
+    compiler check, e.g. the CUDA backend's register budget); its ``key`` attribute, if any,
+    is part of the cache key."""
     oracle = context.backend("interp")  # the ranking is the interpreter's counters and roofline
     variants = list(variants)
     if not variants:
@@ -216,6 +219,9 @@ def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = 
     def evaluate(config):
         _, kernel = by_config[json.dumps(_jsonable(config), sort_keys=True, default=str)]
         module = module_of(kernel)
+        reason = screen(module) if screen is not None else None
+        if reason:
+            raise Rejected(reason)
         smem = shared_bytes(module)
         if smem > limit:
             raise Rejected(f"needs {smem:,} B of shared memory per block, over the {limit:,} B limit")
@@ -233,7 +239,7 @@ def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = 
     source = hashlib.sha256(str(module_of(variants[0][1])).encode()).hexdigest()[:16]
     key = problem.get("key") or json.dumps([name, source, _describe_args(problem["args"]),
                                             repr(problem["grid"]) if not callable(problem["grid"]) else "f(config)",
-                                            repr(problem.get("lanes", 128))])
+                                            repr(problem.get("lanes", 128)), getattr(screen, "key", None)])
     result = sweep([c for c, _ in variants], evaluate, key=key, preset=preset, progress=progress, cache=cache,
                    label=name)
     result.best_variant = by_config[json.dumps(result.best, sort_keys=True, default=str)][1]

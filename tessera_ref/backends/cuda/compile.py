@@ -1,0 +1,152 @@
+"""Compile CUDA C with NVRTC and report every kernel (CUDA-COMPILE-1 … 3, CUDA-REPORT-1 … 3).
+
+``build(source, arch)`` compiles ``source`` (CUDA C text, or a :class:`~.source.Source` that
+also maps its lines to Tile IR op locations) for one real architecture with :data:`OPTIONS`
+— always ``--fmad=false`` — and returns a :class:`Build`: PTX, cubin, NVRTC's log and a
+:class:`~.report.KernelReport` per ``__global__`` kernel (ptxas's ``-v`` numbers and the SASS
+opcode histograms from ``cuobjdump -sass``). Results are cached on disk under
+``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera_ref``)/``cuda``, keyed by the source, the
+options and the toolchain versions; a cache entry is written to a temporary directory and
+renamed into place, so concurrent builds never read half an entry.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ...errors import BackendError
+from .nvrtc import NvrtcError, compile_program
+from .report import ARCH_LIMITS, KernelReport, main_loop, parse_ptxas, parse_sass
+from .toolchain import HEADER_DIR, INSTALL_FIX, toolchain, version_tag
+
+__all__ = ["build", "Build", "CompileError", "OPTIONS", "ARCHS", "options_for", "cache_dir"]
+
+#: The options of every compile besides ``-arch`` and the include paths (CUDA-COMPILE-1).
+OPTIONS = ("--fmad=false", "-std=c++17", "--ptxas-options=-v")
+ARCHS = tuple(ARCH_LIMITS)
+
+
+class CompileError(BackendError):
+    """NVRTC rejected rendered CUDA C (the message names the CUDA line and, where known, the
+    Tile IR op it came from)."""
+
+
+@dataclass
+class Build:
+    """One compiled program for one architecture."""
+    arch: str
+    ptx: str
+    cubin: bytes
+    log: str
+    sass: str
+    kernels: dict[str, KernelReport] = field(default_factory=dict)
+
+
+def options_for(arch: str) -> list[str]:
+    """The full NVRTC option list for ``arch`` (sm_80 or sm_90)."""
+    if arch not in ARCH_LIMITS:
+        raise BackendError(f"unknown CUDA architecture {arch!r}", fix=f"use one of {', '.join(ARCHS)}")
+    return [f"-arch={arch}", *OPTIONS, f"-I{HEADER_DIR}", f"-I{toolchain().include_dir}"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tessera_ref")
+    return Path(root) / "cuda"
+
+
+def _key(text: str, options: list[str]) -> str:
+    header = (HEADER_DIR / "tessera_device.cuh").read_bytes()
+    h = hashlib.sha256()
+    for part in (text.encode(), header, "\0".join(o for o in options if not o.startswith("-I")).encode(),
+                 version_tag().encode()):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:32]
+
+
+_FILES = {"ptx": "kernel.ptx", "cubin": "kernel.cubin", "log": "nvrtc.log", "sass": "kernel.sass"}
+
+
+def _load(entry: Path, arch: str) -> Build | None:
+    try:
+        return Build(arch, (entry / _FILES["ptx"]).read_text(), (entry / _FILES["cubin"]).read_bytes(),
+                     (entry / _FILES["log"]).read_text(), (entry / _FILES["sass"]).read_text())
+    except OSError:
+        return None
+
+
+def _store(entry: Path, b: Build) -> None:
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
+        (tmp / _FILES["ptx"]).write_text(b.ptx)
+        (tmp / _FILES["cubin"]).write_bytes(b.cubin)
+        (tmp / _FILES["log"]).write_text(b.log)
+        (tmp / _FILES["sass"]).write_text(b.sass)
+        (tmp / "meta.json").write_text(json.dumps({"arch": b.arch, "toolchain": version_tag()}))
+        os.replace(tmp, entry)
+    except OSError:
+        pass  # another process stored it first, or the cache is read-only: the build stands
+
+
+def _disassemble(cubin: bytes) -> str:
+    tc = toolchain()
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        env = dict(os.environ, PATH=f"{tc.cuobjdump.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        done = subprocess.run([str(tc.cuobjdump), "-sass", str(path)], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise BackendError(f"cuobjdump -sass failed: {done.stderr.strip()}", fix=INSTALL_FIX)
+    return done.stdout
+
+
+_SOURCE_LINE = re.compile(r"^tessera\.cu\((\d+)\): ")
+
+
+def _compile_error(text: str, log: str, locations: dict[int, str]) -> CompileError:
+    """The first error of NVRTC's ``log``, with the CUDA line and the Tile IR op it came from."""
+    log = log.replace("\0", "").strip()
+    errors = [ln.strip() for ln in log.splitlines() if re.search(r"\berror\b", ln) and "detected in" not in ln]
+    first = errors[0] if errors else log.splitlines()[-1] if log else "no log"
+    what, where = f"NVRTC could not compile the CUDA C: {first}", ""
+    if m := _SOURCE_LINE.match(first):
+        n = int(m.group(1))
+        lines = text.splitlines()
+        what += f"\n  CUDA line {n}: {lines[n - 1].strip() if 0 < n <= len(lines) else '?'}"
+        where = locations.get(n, "")
+        if where:
+            what += f"\n  from the Tile IR op at {where}"
+    err = CompileError(what, location=where,
+                       fix="rendered library kernels must compile: report this with the message; in a @kernel, "
+                           "change the op named above (NVRTC's full log is the error's .log)")
+    err.log = log
+    return err
+
+
+def build(source, arch: str = "sm_90") -> Build:
+    """Compile ``source`` for ``arch`` (see the module docstring); cached."""
+    text = getattr(source, "text", source)
+    locations = getattr(source, "locations", {})
+    options = options_for(arch)
+    entry = cache_dir() / _key(text, options)
+    b = _load(entry, arch)
+    if b is None:
+        try:
+            ptx, cubin, log = compile_program(text, options)
+        except NvrtcError as e:
+            raise _compile_error(text, e.what, locations) from None
+        b = Build(arch, ptx, cubin, log, _disassemble(cubin))
+        _store(entry, b)
+    b.kernels = parse_ptxas(b.log)
+    functions = parse_sass(b.sass)
+    for name, k in b.kernels.items():
+        instrs = functions.get(name, [])
+        k.sass.update(op for _, op, _ in instrs)
+        k.main_loop.update(main_loop(instrs))
+    return b
