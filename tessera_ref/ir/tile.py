@@ -60,7 +60,7 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel"]
+           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
@@ -87,6 +87,26 @@ def buffer(shape, fmt) -> TensorType:
 def is_kernel(op: Operation) -> bool:
     """True for a ``tessera.func`` that is a tile kernel."""
     return op.attributes.get("tile.kernel") is True
+
+
+#: Each shared allocation starts at a multiple of this many bytes (TILE-MEM-2).
+SMEM_BOUNDARY = 128
+
+
+def shared_layout(func: Operation) -> tuple:
+    """``({alloc op: byte offset}, total bytes)`` of a kernel's shared memory (TILE-MEM-2):
+    the ``alloc`` ops in program order, each at the next 128-byte boundary, each taking its
+    rows padded by ``pad`` elements. The tile interpreter places buffers so and the CUDA text
+    carves them out of its dynamic shared memory so (LOWER-TARGET-2)."""
+    offsets, top = {}, 0
+    for op in func.walk():
+        if op.name == _name("alloc"):
+            t = op.results[0].type
+            offsets[op] = top
+            rows = int(np.prod(t.shape[:-1], dtype=np.int64))
+            size = rows * (t.shape[-1] + op.attributes["pad"]) * t.dtype.itemsize
+            top += -(-size // SMEM_BOUNDARY) * SMEM_BOUNDARY
+    return offsets, top
 
 
 # ---------------------------------------------------------------------------------------

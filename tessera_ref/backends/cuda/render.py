@@ -6,7 +6,7 @@ the ops without one, and why): a tile is a thread block, a lane a thread
 (``threadIdx.x``), tile ids are ``blockIdx``; global buffers are row-major pointers;
 ``alloc`` is a typed pointer into the kernel's one dynamic shared-memory array
 ``extern __shared__ __align__(16) unsigned char tsr_smem[]`` at the byte offset
-:func:`shared_layout` gives it (program order, 128-byte boundaries: the interpreter's
+:func:`tessera_ref.ir.tile.shared_layout` gives it (program order, 128-byte boundaries: the interpreter's
 placement), rows padded by ``pad`` elements, byte offsets through ``TSR_SWIZZLE`` (CuTe
 ``Swizzle<3,4,3>``) with ``swizzle = "xor"``. A launch passes the kernel's byte count
 (:func:`dynamic_smem`; also printed above the kernel) as its dynamic shared memory, and
@@ -52,8 +52,7 @@ from ...ir import tile as T
 from ...ir.builtin import RETURN
 from ...ir.types import IndexType, ScalarType, TensorType
 
-__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "shared_layout",
-           "dynamic_smem"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -80,7 +79,6 @@ _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
-_ALLOC = f"{T.DIALECT}.alloc"
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 
@@ -124,29 +122,11 @@ SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}
 #: Above this many bytes a launch must first raise the kernel's
 #: ``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CuPy: ``max_dynamic_shared_size_bytes``).
 SMEM_STATIC_LIMIT = 48 * 1024
-_SMEM_BOUNDARY = 128  # each allocation starts at a 128-byte boundary, as in the interpreter (TILE-MEM-2)
-
-
-def shared_layout(func) -> tuple:
-    """``({alloc op: byte offset}, total bytes)``: a kernel's shared buffers carved out of one
-    dynamic shared-memory array — the ``alloc`` ops in program order, each at the next
-    128-byte boundary, its size its rows padded by ``pad`` (the tile interpreter's placement,
-    TILE-MEM-2, so its bank counters see the compiled kernel's addresses)."""
-    offsets, top = {}, 0
-    for op in func.walk():
-        if op.name == _ALLOC:
-            t = op.results[0].type
-            offsets[op] = top
-            size = math.prod(t.shape[:-1]) * (t.shape[-1] + op.attributes["pad"]) * t.dtype.itemsize
-            top += -(-size // _SMEM_BOUNDARY) * _SMEM_BOUNDARY
-    return offsets, top
-
-
 def dynamic_smem(module: Module) -> dict:
     """``{kernel name: bytes of dynamic shared memory}`` for every tile kernel of ``module``:
     what a launch passes (CuPy ``shared_mem=``), raising the kernel's maximum dynamic
     shared memory attribute first when it is above :data:`SMEM_STATIC_LIMIT`."""
-    return {op.attributes["sym_name"]: shared_layout(op)[1] for op in module.body if T.is_kernel(op)}
+    return {op.attributes["sym_name"]: T.shared_layout(op)[1] for op in module.body if T.is_kernel(op)}
 
 
 class _View:
@@ -173,7 +153,7 @@ class _Emitter:
         self.indent = 1
         self.lanes = func.attributes.get("launch.lanes")
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
-        self.smem_offsets, self.smem_bytes = shared_layout(func)
+        self.smem_offsets, self.smem_bytes = T.shared_layout(func)
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -591,7 +571,7 @@ def emit_cuda(module: Module, arch="sm_90") -> str:
             raise LoweringError(f"the CUDA emitter knows the shared-memory budget of {sorted(SMEM_LIMIT)}, not "
                                 f"{name!r}", fix="pass arch='sm_80' or 'sm_90'")
         for k in kernels:
-            need = shared_layout(k)[1]
+            need = T.shared_layout(k)[1]
             if need > SMEM_LIMIT[name]:
                 raise LoweringError(f"kernel @{k.attributes['sym_name']} needs {need:,} B of shared memory per block, "
                                     f"over the {SMEM_LIMIT[name]:,} B ({SMEM_LIMIT[name] // 1024} KB) a block may use "

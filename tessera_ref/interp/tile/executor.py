@@ -204,7 +204,6 @@ class Run:
             self.tile = tile
             self.tile_linear = int(np.ravel_multi_index(tile, self.grid))
             self.phase = 0
-            self.smem_top = 0
             self.allocs: dict = {}
             self.pending: list = []
             self.groups: list = []
@@ -570,15 +569,17 @@ def _store(run, op, mask):
 
 def _alloc(run, op, mask):
     """A tile's allocations are static (like CUDA ``__shared__``): an alloc op run again in
-    the same tile (in a loop) gives the same buffer (TILE-MEM-2)."""
+    the same tile (in a loop) gives the same buffer, at its place in
+    :func:`~tessera_ref.ir.tile.shared_layout` (TILE-MEM-2)."""
     buf = run.allocs.get(op)
     if buf is not None:
         return buf
     t = op.results[0].type
     name = op.results[0].name or f"smem@{op.location or '?'}"
-    buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], run.smem_top,
-                 run.checks)
-    run.smem_top += buf.nbytes
+    layout = run._cache.get("smem")
+    if layout is None:
+        layout = run._cache["smem"] = T.shared_layout(run.func)[0]
+    buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], layout[op], run.checks)
     run.allocs[op] = buf
     return buf
 

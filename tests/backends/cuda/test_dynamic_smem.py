@@ -7,7 +7,7 @@ import pytest
 
 import tessera_ref as t
 from tessera_ref import op
-from tessera_ref.backends.cuda.render import SMEM_LIMIT, dynamic_smem, emit_cuda, shared_layout
+from tessera_ref.backends.cuda.render import SMEM_LIMIT, dynamic_smem, emit_cuda
 from tessera_ref.errors import LoweringError
 from tessera_ref.ir import tile as T
 from tessera_ref.lowering import lower
@@ -51,7 +51,7 @@ def test_allocations_sit_at_128_byte_boundaries_in_program_order():
     del a, c
     module = kb.finish()
     func = module.body.first_op
-    offsets, total = shared_layout(func)
+    offsets, total = T.shared_layout(func)
     assert sorted(offsets.values()) == [0, 128, 512] and total == 640
     text = emit_cuda(module)
     assert re.findall(r"reinterpret_cast<(\w+)\*>\(tsr_smem \+ (\d+)\)", text) == \
