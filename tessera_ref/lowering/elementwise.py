@@ -1,5 +1,5 @@
 """The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs``, vectorized.
+``minimum`` ``neg`` ``abs`` and ``cast`` between float formats, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
@@ -12,6 +12,8 @@ handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-E
 types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — the CUDA
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
 combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
+A ``cast`` converts the stored value once into the target format (NUM-CVT, rounding to
+nearest even with native overflow; GRAPH-CAST-1 has no accum step).
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
@@ -21,8 +23,8 @@ program uses after the chain are stored. So the bits are the unfused kernels' (n
 contraction, no skipped rounding), and the HBM traffic of the intermediates is gone.
 
 Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
-element, the kernel's operands) and every result element written; a nominal 1 FLOP per
-result element and op.
+element, the kernel's operands) and every result element written, each in its format; a
+nominal 1 FLOP per result element and op (casts none).
 """
 from __future__ import annotations
 
@@ -41,7 +43,9 @@ _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "m
 _UNARY = {"neg": "neg", "abs": "abs"}
 
 
-def _check(op) -> None:
+def _formats(op) -> tuple:
+    """``(storage, accum)`` of an elementwise op: a LoweringError unless the tile lowering
+    takes it (operands of the result's shape or 0-d; one plain policy, a cast's on each side)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
     if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
@@ -49,40 +53,52 @@ def _check(op) -> None:
                             f"{list(out.shape)} (rank >= 1) or 0-d scalars, got "
                             f"{', '.join(str(v.type) for v in op.operands)}",
                             location=op.location, fix="broadcast_to the operands first")
+    check_nonempty(op)
+    if short != "cast":
+        return check_policy(op)
+    if any(t.element_kind for t in (op.operands[0].type, out)):
+        raise LoweringError(f"cast: the tile lowering converts between float formats, got {op.operands[0].type} -> "
+                            f"{out}", location=op.location, fix="run casts to i1 or index in the Graph IR interpreter")
+    check_policy(op, op.operands[0].type)
+    return check_policy(op, out)
+
+
+def _storage(v) -> str:
+    return v.type.policy.storage.name
 
 
 def lower_elementwise(kop, name: str) -> KernelPlan:
     """The tile kernel of an elementwise schedule kernel — one op or a fused chain (see the
     module docstring)."""
     ops = S.body_ops(kop)
-    for op in ops:
-        check_nonempty(op)
-        _check(op)
-    storage, accum = check_policy(ops[0], *(v.type for op in ops for v in (*op.operands, *op.results)))
+    formats = [_formats(op) for op in ops]
     block = kop.regions[0].entry
     inputs, outputs = list(block.args), list(block.last_op.operands)
     n = math.prod(ops[-1].results[0].type.shape)
     lanes, v = kop.attributes["lanes"], kop.attributes["vectorize"]
     sizes = [1 if x.type.rank == 0 else n for x in inputs]  # a 0-d scalar is a buffer of one element
     names = [chr(ord("a") + i) if i < 24 else f"in{i}" for i in range(len(inputs))]
-    params = [(p, T.buffer((m,), storage)) for p, m in zip(names, sizes)]
-    params += [(f"y{i or ''}", T.buffer((n,), storage), True) for i in range(len(outputs))]
+    params = [(p, T.buffer((m,), _storage(x))) for p, m, x in zip(names, sizes, inputs)]
+    params += [(f"y{i or ''}", T.buffer((n,), _storage(x)), True) for i, x in enumerate(outputs)]
     kb = T.KernelBuilder(name, params, location=kop.location)
     ins, ys = kb.params[:len(inputs)], kb.params[len(inputs):]
     base = kb.binary("add", kb.binary("mul", kb.tile_id(0), lanes * v), kb.lane_id())
 
     def element(idx):
         stored = {x: kb.load(b, [idx if m == n else 0]) for x, b, m in zip(inputs, ins, sizes)}  # storage values
-        exact = {}  # the same values in accum (converting a storage value into accum is exact)
+        exact = {}  # (value, accum) -> the value in accum (converting a storage value into accum is exact)
 
-        def value(x):
-            if x not in exact:
-                exact[x] = stored[x] if storage == accum else kb.cast(stored[x], accum)
-            return exact[x]
-        for op in ops:
+        def value(x, accum):
+            if (x, accum) not in exact:
+                exact[x, accum] = stored[x] if _storage(x) == accum else kb.cast(stored[x], accum)
+            return exact[x, accum]
+        for op, (storage, accum) in zip(ops, formats):
             kb.at(op.location)
-            short = op.name.rsplit(".", 1)[-1]
-            vals = [value(x) for x in op.operands]
+            short, x = op.name.rsplit(".", 1)[-1], op.operands[0]
+            if short == "cast":  # NUM-CVT from the stored value: one rounding, no accum step (GRAPH-CAST-1)
+                stored[op.results[0]] = stored[x] if _storage(x) == storage else kb.cast(stored[x], storage)
+                continue
+            vals = [value(x, accum) for x in op.operands]
             r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
             stored[op.results[0]] = r if storage == accum else kb.cast(r, storage)  # rounded once, as if stored
         kb.at(kop.location)
@@ -104,11 +120,10 @@ def _fit(op, s: dict) -> dict:
 def _cost(kop, s: dict, preset) -> KernelCost:
     t = kop.results[0].type
     n_out = math.prod(t.shape)
-    elems = (len(kop.operands) + len(kop.results)) * n_out
-    flops = len(S.body_ops(kop)) * n_out
+    hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
+    flops = sum(op.name.rsplit(".", 1)[-1] != "cast" for op in S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
-    return KernelCost(0, elems * t.dtype.itemsize, flops, tiles,
-                      kernel_seconds(flops, elems * t.dtype.itemsize, tiles, False, t.policy.storage.name, preset))
+    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, t.policy.storage.name, preset))
 
 
 FAMILY = KernelFamily(
@@ -117,4 +132,4 @@ FAMILY = KernelFamily(
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
     scope="operands of the result's shape or 0-d", fuses=True)
-register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY)])
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])

@@ -11,9 +11,9 @@ Tile lowering reports them). The families (LOWER-FAMILY-1) are :mod:`.matmul`, :
 
 Chains of a fusing family's ops (``KernelFamily.fuses``: the elementwise ops) become one
 kernel (LOWER-FUSE-1): consecutive ops of the function body, each of the chain's result
-type with operands of that type or 0-d (an op that uses nothing the chain computed joins
-too: the kernel then has one more result); constants between them are emitted before the
-kernel. The kernel's operands are
+shape with operands of that shape or 0-d — formats may change along it, through casts —
+(an op that uses nothing the chain computed joins too: the kernel then has one more
+result); constants between them are emitted before the kernel. The kernel's operands are
 the values the chain uses from outside, in order of first use; its results the chain's
 values used after it (the last op's always). Its schedule is the last op's, with the
 directives of the first op's position.
@@ -78,19 +78,16 @@ def _kernel(op: Operation, mapping: dict, directives: dict | None) -> Operation:
     return kop
 
 
-def _chain_type(op: Operation):
-    """The result type of ``op`` if it can be part of a fused chain (a fusing family's op
-    with one non-empty result of rank >= 1 and operands of that type or 0-d of its policy),
-    else None."""
+def _chain_shape(op: Operation):
+    """The result shape of ``op`` if it can be part of a fused chain (a fusing family's op
+    with one non-empty result of rank >= 1 and operands of that shape or 0-d), else None."""
     family = family_of(op)
     if family is None or not family.fuses or len(op.results) != 1:
         return None
-    t = op.results[0].type
-    if t.rank == 0 or 0 in t.shape:
+    shape = op.results[0].type.shape
+    if not shape or 0 in shape or any(v.type.shape not in (shape, ()) for v in op.operands):
         return None
-    if all(v.type == t or v.type.shape == () and v.type.policy == t.policy for v in op.operands):
-        return t
-    return None
+    return shape
 
 
 def _fused_kernel(chain: list, mapping: dict, directives: dict | None) -> Operation:
@@ -145,8 +142,8 @@ def graph_to_schedule(program, directives: dict | None = None, *, per_op: dict |
             chain.clear()
 
         for index, op in enumerate(func.regions[0].entry):
-            t = _chain_type(op)
-            if chain and t == chain[-1].results[0].type:
+            t = _chain_shape(op)
+            if chain and t == chain[-1].results[0].type.shape:
                 chain.append(op)
             elif chain and not op.operands and family_of(op) is None:
                 body.append(op.clone(mapping))  # a constant inside a chain: computed before its kernel
