@@ -1,5 +1,5 @@
 """The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs`` and ``cast`` between float formats, vectorized.
+``minimum`` ``neg`` ``abs``, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
@@ -12,8 +12,6 @@ handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-E
 types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — the CUDA
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
 combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
-A ``cast`` converts the stored value once into the target format (NUM-CVT, rounding to
-nearest even with native overflow; GRAPH-CAST-1 has no accum step).
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
@@ -24,7 +22,7 @@ contraction, no skipped rounding), and the HBM traffic of the intermediates is g
 
 Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
 element, the kernel's operands) and every result element written, each in its format; a
-nominal 1 FLOP per result element and op (casts none).
+nominal 1 FLOP per result element and op.
 """
 from __future__ import annotations
 
@@ -45,7 +43,7 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 
 def _formats(op) -> tuple:
     """``(storage, accum)`` of an elementwise op: a LoweringError unless the tile lowering
-    takes it (operands of the result's shape or 0-d; one plain policy, a cast's on each side)."""
+    takes it (operands of the result's shape or 0-d, one plain policy)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
     if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
@@ -54,13 +52,7 @@ def _formats(op) -> tuple:
                             f"{', '.join(str(v.type) for v in op.operands)}",
                             location=op.location, fix="broadcast_to the operands first")
     check_nonempty(op)
-    if short != "cast":
-        return check_policy(op)
-    if any(t.element_kind for t in (op.operands[0].type, out)):
-        raise LoweringError(f"cast: the tile lowering converts between float formats, got {op.operands[0].type} -> "
-                            f"{out}", location=op.location, fix="run casts to i1 or index in the Graph IR interpreter")
-    check_policy(op, op.operands[0].type)
-    return check_policy(op, out)
+    return check_policy(op)
 
 
 def _storage(v) -> str:
@@ -94,10 +86,7 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
             return exact[x, accum]
         for op, (storage, accum) in zip(ops, formats):
             kb.at(op.location)
-            short, x = op.name.rsplit(".", 1)[-1], op.operands[0]
-            if short == "cast":  # NUM-CVT from the stored value: one rounding, no accum step (GRAPH-CAST-1)
-                stored[op.results[0]] = stored[x] if _storage(x) == storage else kb.cast(stored[x], storage)
-                continue
+            short = op.name.rsplit(".", 1)[-1]
             vals = [value(x, accum) for x in op.operands]
             r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
             stored[op.results[0]] = r if storage == accum else kb.cast(r, storage)  # rounded once, as if stored
@@ -121,7 +110,7 @@ def _cost(kop, s: dict, preset) -> KernelCost:
     t = kop.results[0].type
     n_out = math.prod(t.shape)
     hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
-    flops = sum(op.name.rsplit(".", 1)[-1] != "cast" for op in S.body_ops(kop)) * n_out
+    flops = len(S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
     return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, t.policy.storage.name, preset))
 
@@ -132,4 +121,4 @@ FAMILY = KernelFamily(
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
     scope="operands of the result's shape or 0-d", fuses=True)
-register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY)])

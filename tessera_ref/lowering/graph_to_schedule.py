@@ -11,9 +11,9 @@ Tile lowering reports them). The families (LOWER-FAMILY-1) are :mod:`.matmul`, :
 
 Chains of a fusing family's ops (``KernelFamily.fuses``: the elementwise ops) become one
 kernel (LOWER-FUSE-1): consecutive ops of the function body, each of the chain's result
-shape with operands of that shape or 0-d — formats may change along it, through casts —
-(an op that uses nothing the chain computed joins too: the kernel then has one more
-result); constants between them are emitted before the kernel. The kernel's operands are
+shape with operands of that shape or 0-d (an op that uses nothing the chain computed joins
+too: the kernel then has one more result); constants between them are emitted before the
+kernel. The kernel's operands are
 the values the chain uses from outside, in order of first use; its results the chain's
 values used after it (the last op's always). Its schedule is the last op's, with the
 directives of the first op's position.

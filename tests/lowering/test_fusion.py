@@ -87,23 +87,3 @@ def test_vectorized_chains_keep_the_bits():
     got, want, _, _ = lowered(lambda x: abs(-x) * 0.25 + x, x, directives=dict(vectorize=4))
     assert_same_bits(got, want)
     assert bits(got[0]).dtype == np.uint16
-
-
-@pytest.mark.parametrize("to", ["f16", "bf16", "fp8_e4m3", "fp8_e5m2", "f64"])
-def test_casts_join_chains_with_one_rounding_each(to):
-    x = _data((4, 40), np.float32) * 300
-    f = lambda x: op.cast(op.cast(x * 3.0, to) + op.cast(x, to), "f32") - x  # noqa: E731
-    got, want, reports, program = lowered(f, x)
-    assert_same_bits(got, want)
-    (kop,) = _kernels(program)
-    assert kop.attributes["op"] == "mul+cast+cast+add+cast+sub" and reports[0].findings == []
-
-
-def test_a_cast_is_the_graphs_conversion():
-    """A lone cast kernel against NumPy/ml_dtypes' round-to-nearest-even conversion (finite
-    values in range; NaN and overflow are NUM-CVT's and checked against the graph above)."""
-    x = RNG.standard_normal((3, 50)).astype(np.float32)
-    got, want, _, program = lowered(lambda x: op.cast(x, "bf16"), x)
-    assert_same_bits(got, want)
-    assert np.array_equal(bits(got[0]), bits(x.astype(ml_dtypes.bfloat16)))
-    assert [k.attributes["op"] for k in _kernels(program)] == ["cast"]

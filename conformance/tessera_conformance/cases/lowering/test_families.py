@@ -20,7 +20,7 @@ RNG = np.random.default_rng(9)
 FAMILY_OPS = {
     "matmul": ["matmul"],
     "rows": ["layernorm_safe", "max", "mean", "min", "rmsnorm_safe", "softmax", "sum"],
-    "elementwise": ["abs", "add", "cast", "div", "maximum", "minimum", "mul", "neg", "sub"],
+    "elementwise": ["abs", "add", "div", "maximum", "minimum", "mul", "neg", "sub"],
     "attention": ["flash_attention"],
 }
 

@@ -81,6 +81,28 @@ def test_an_op_without_a_rule_is_a_lowering_error_that_says_why():
         TARGETS["target"](kb.finish())
 
 
+@clause("LOWER-TARGET-2")
+@pytest.mark.parametrize("padding", [0, 1])
+def test_shared_buffers_are_carved_out_of_one_dynamic_array(backend, padding):
+    """Every alloc is a pointer into tsr_smem at the next 128-byte boundary after the previous
+    one, in program order; the kernel's byte count is printed above it."""
+    text, program = _target(backend, "f32", dict(tile=(32, 32, 16), stages=2, padding=padding))
+    for func in tile_funcs(program):
+        allocs = [o for o in func.walk() if o.name == "tessera.tile.alloc"]
+        placed, top = [], 0
+        for o in allocs:
+            t = o.results[0].type
+            placed.append(top)
+            size = int(np.prod(t.shape[:-1])) * (t.shape[-1] + o.attributes["pad"]) * t.dtype.itemsize
+            top += -(-size // 128) * 128
+        name = func.attributes["sym_name"]
+        head = text[:text.index(f"void {name}(")].rsplit("\n\n", 1)[-1]
+        body = text[text.index(f"void {name}("):].split("\n}\n", 1)[0]
+        assert (f"// dynamic shared memory: {top} B" in head) == bool(allocs), name
+        assert ("unsigned char tsr_smem[];" in body) == bool(allocs)
+        assert [int(o) for o in re.findall(r"reinterpret_cast<\w+\*>\(tsr_smem \+ (\d+)\)", body)] == placed
+
+
 STUB = r'''
 #pragma once
 #include <cmath>
