@@ -38,7 +38,8 @@ def test_seed_003_three_stages_fits_sm_90_not_sm_80():
 
 
 def test_four_stages_are_over_the_sm_90_budget():
-    with pytest.raises(LoweringError, match=r"needs 233,856 B .* over the 232,448 B \(227 KB\) a block may use on sm_90"):
+    with pytest.raises(LoweringError,
+                       match=r"needs 233,856 B .* over the 232,448 B \(227 KB\) a block may use on sm_90"):
         emit_cuda(_seed_003(4).tile)
 
 
