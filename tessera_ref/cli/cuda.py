@@ -21,6 +21,7 @@ import numpy as np
 
 from ..backends import use
 from ..backends.cuda import compile as cuda_compile
+from ..backends.cuda.render import dynamic_smem
 from ..backends.cuda.report import budget_violations, occupancy
 from ..backends.cuda.source import render
 from ..backends.cuda.toolchain import toolchain
@@ -110,9 +111,11 @@ class CollectingBackend(InterpBackend):
                 entry["arch"][arch] = {"error": f"ptxas reported no kernel {name}", "budget_ok": False,
                                        "violations": ["no report"]}
                 continue
-            occ = occupancy(k, plan.lanes)
-            violations = budget_violations(k, library=op_name != "@kernel")
+            dynamic = dynamic_smem(module).get(name, 0)  # LOWER-TARGET-2: shared memory is dynamic
+            occ = occupancy(k, plan.lanes, dynamic)
+            violations = budget_violations(k, dynamic, library=op_name != "@kernel")
             entry["arch"][arch] = {**{f: v for f, v in k.as_dict().items() if f not in ("name", "arch")},
+                                   "dynamic_shared_bytes": dynamic,
                                    "occupancy": {"blocks": occ.blocks, "warps": occ.warps,
                                                  "fraction": round(occ.fraction, 4), "limiter": occ.limiter},
                                    "main_loop_size": sum(k.main_loop.values()),
@@ -184,7 +187,8 @@ def _text(entries, archs) -> str:
                 continue
             o = r["occupancy"]
             lines.append(f"  {arch}: {r['registers']} registers, spills {r['spill_stores']}/{r['spill_loads']} B, "
-                         f"stack {r['stack_bytes']} B, smem {r['shared_bytes']} B, {r['barriers']} barriers; "
+                         f"stack {r['stack_bytes']} B, smem {r['shared_bytes'] + r['dynamic_shared_bytes']} B, "
+                         f"{r['barriers']} barriers; "
                          f"occupancy {o['blocks']} blocks/SM ({o['fraction']:.0%} of warps, by {o['limiter']})")
             lines.append(f"         main loop {r['main_loop_size']} instructions: {_mix(r['main_loop'])}")
             lines.append("         budget: " + ("OK" if r["budget_ok"] else "OVER: " + "; ".join(r["violations"])))

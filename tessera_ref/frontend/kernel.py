@@ -31,7 +31,8 @@ with :class:`~tessera_ref.ir.tile.KernelBuilder`:
 - ``cp_async.shared.global(dst, src)`` (``global_`` in Python, where ``global`` is a keyword),
   ``cp_async.commit()``, ``cp_async.wait(n)``, ``tbarrier()``;
 - ``tile.zeros((M, N), f32)``, ``C += tile.mma(a, b, accum=f32)`` (accumulates through
-  ``C``), ``tile.mma(a, b, C)``, ``tile.mma_sync(a, b)``.
+  ``C``), ``tile.mma(a, b, C)``, ``tile.mma_sync(a, b)``;
+- ``tile.shfl_xor(v, offset)``: a warp shuffle (TILE-WARP-1, an extension of the seeds).
 """
 from __future__ import annotations
 
@@ -592,6 +593,8 @@ class _Lower:
             return kb.fill(shape, self.body_format(args[1]) if len(args) > 1 else "f32", 0.0)
         if name in ("tile.mma", "tile.mma_sync"):
             return self.mma(node, env)
+        if name == "tile.shfl_xor":
+            return self.shfl_xor(node, env)
         if name in ("min", "max") and len(node.args) == 2:
             return self.binary(name, self.expr(node.args[0], env), self.expr(node.args[1], env), node)
         if name in ("abs",) and len(node.args) == 1:
@@ -604,6 +607,22 @@ class _Lower:
             return kb.cast(value, "f32" if name == "float" else "index")
         raise self.error(node, f"{ast.unparse(node.func)}(...) is not a kernel operation",
                          fix="see docs/spec/tiles.md for the tile.*, tshared, cp_async and tbarrier operations")
+
+    def shfl_xor(self, node, env):
+        """``tile.shfl_xor(v, offset)``: ``v`` of lane ``lane xor offset`` of the warp (TILE-WARP-1)."""
+        args = self.positional(node, 2, 2, "tile.shfl_xor(v, offset)")
+        offset = self.const_of(args[1], env, "tile.shfl_xor's offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 1 <= offset < T.WARP:
+            raise self.error(node, f"tile.shfl_xor(v, offset) exchanges with lane (lane xor offset) of the same "
+                                   f"{T.WARP}-lane warp, so offset is a constant int from 1 to {T.WARP - 1}; got "
+                                   f"{offset!r}", fix="e.g. tile.shfl_xor(v, 16)")
+        value = self.expr(args[0], env)
+        if not isinstance(value, T.Value):
+            return value  # a constant is the same in every lane
+        if not isinstance(value.type, (ScalarType, IndexType)):
+            raise self.error(node, f"tile.shfl_xor exchanges a lane value (a scalar or an index), not {value.type}",
+                             fix="shuffle scalar lane values; load fragment elements first")
+        return self.kb.shfl_xor(value, offset)
 
     def index_arg(self, node, call, env) -> list:
         if node is None:

@@ -27,6 +27,7 @@ unary               x -> like x                                       ``fn``
 reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
 cast                x -> index or scalar                              -
 select              mask, a, b -> like a                              -
+shfl_xor            x (a lane value) -> like x                        ``offset``
 load                buffer, index per dim -> scalar                   -
 store               buffer, index per dim, value                      -
 alloc               -> shared buffer                                  ``swizzle``, ``pad``
@@ -67,7 +68,7 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "is_kernel"]
+           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
@@ -82,6 +83,8 @@ MATH_FNS = ("exp", "expm1", "log", "sin", "cos", "tanh", "erf", "erfc", "sigmoid
 UNARY_FNS = ("neg", "not", "sqrt", "abs") + MATH_FNS
 REDUCE_FNS = ("sum", "mean", "max", "min")
 SWIZZLES = ("none", "xor")
+#: The lanes of a warp: ``shfl_xor`` exchanges values within one (TILE-WARP-1).
+WARP = 32
 
 
 def buffer(shape, fmt) -> TensorType:
@@ -92,6 +95,26 @@ def buffer(shape, fmt) -> TensorType:
 def is_kernel(op: Operation) -> bool:
     """True for a ``tessera.func`` that is a tile kernel."""
     return op.attributes.get("tile.kernel") is True
+
+
+#: Each shared allocation starts at a multiple of this many bytes (TILE-MEM-2).
+SMEM_BOUNDARY = 128
+
+
+def shared_layout(func: Operation) -> tuple:
+    """``({alloc op: byte offset}, total bytes)`` of a kernel's shared memory (TILE-MEM-2):
+    the ``alloc`` ops in program order, each at the next 128-byte boundary, each taking its
+    rows padded by ``pad`` elements. The tile interpreter places buffers so and the CUDA text
+    carves them out of its dynamic shared memory so (LOWER-TARGET-2)."""
+    offsets, top = {}, 0
+    for op in func.walk():
+        if op.name == _name("alloc"):
+            t = op.results[0].type
+            offsets[op] = top
+            rows = int(np.prod(t.shape[:-1], dtype=np.int64))
+            size = rows * (t.shape[-1] + op.attributes["pad"]) * t.dtype.itemsize
+            top += -(-size // SMEM_BOUNDARY) * SMEM_BOUNDARY
+    return offsets, top
 
 
 # ---------------------------------------------------------------------------------------
@@ -138,6 +161,19 @@ def _verify_reduce(op):
     t = _static_tensor(op, op.operands[0], "the reduced fragment")
     if not 0 <= op.attributes["axis"] < t.rank:
         raise op.emit_error(f"axis {op.attributes['axis']} is not an axis of {t}")
+
+
+def _verify_shfl(op):
+    _n_operands(1)(op)
+    _attr(op, "offset", int)
+    if not 1 <= op.attributes["offset"] < WARP:
+        raise op.emit_error(f"offset must be 1 to {WARP - 1} (a partner in the same {WARP}-lane warp), is "
+                            f"{op.attributes['offset']}")
+    t = op.operands[0].type
+    if not isinstance(t, (ScalarType, IndexType)):
+        raise op.emit_error(f"exchanges a lane value (a scalar or an index), not {t}")
+    if len(op.results) != 1 or op.results[0].type != t:
+        raise op.emit_error(f"gives one value of the exchanged type {t}")
 
 
 def _verify_memory(op, value_operands: int):
@@ -313,6 +349,7 @@ _OPS = {
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
     "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
+    "shfl_xor": (_verify_shfl, True),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
     "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
@@ -451,6 +488,11 @@ class KernelBuilder:
 
     def select(self, mask: Value, a: Value, b: Value) -> Value:
         return self._one("select", (mask, a, b), a.type)
+
+    def shfl_xor(self, x: Value, offset: int) -> Value:
+        """Lane ``l`` gets ``x`` of lane ``l xor offset`` of its warp (TILE-WARP-1); every
+        lane of the warp must execute it."""
+        return self._one("shfl_xor", (x,), x.type, {"offset": int(offset)})
 
     # memory
     def load(self, buf: Value, index) -> Value:

@@ -103,7 +103,6 @@ def lower_attention(kop, name: str) -> KernelPlan:
     Kt = kb.alloc((D, Bc), storage, pad=pad)
     Ss = kb.alloc((Br, Bc), accum, pad=pad)
     Ms, Ls, Al = (kb.alloc((Br, 1), accum) for _ in range(3))  # per-row m, ℓ, α: [Br, 1] broadcasts over Dv
-    scratch = kb.alloc((W, 32), accum)
     c = lambda x: kb.const(x, accum)  # noqa: E731 - an accum constant
 
     def split(e, cols):
@@ -156,7 +155,8 @@ def lower_attention(kop, name: str) -> KernelPlan:
 
         def row_step(i):
             row = kb.binary("add", kb.binary("mul", i, W), w)
-            m_old, ell_old = kb.load(Ms, [row, 0]), kb.load(Ls, [row, 0])
+            lead = kb.binary("eq", l, 0)  # lane 0 of the warp owns the row's m, ℓ and α
+            m_old, = kb.if_(lead, then=lambda: [kb.load(Ms, [row, 0])], else_=lambda: [c(-math.inf)])
 
             def score(j):
                 sj = kb.binary("mul", kb.load(Ss, [row, j]), c(scale))
@@ -164,7 +164,7 @@ def lower_attention(kop, name: str) -> KernelPlan:
                     limit = kb.binary("add", kb.binary("add", r0, row), Sk - Sq)
                     sj = kb.select(kb.binary("le", kb.binary("add", t0, j), limit), sj, c(-math.inf))
                 return sj
-            m_new = kb.binary("max", m_old, warp_reduce(kb, scratch, w, l, Bc, "max", score, accum))
+            m_new = warp_reduce(kb, l, Bc, "max", score, accum, init=m_old)  # max(m, max_j s_j), every lane
             shift = kb.select(kb.binary("eq", m_new, c(-math.inf)), c(0.0), m_new)
 
             def write_p(j0):
@@ -173,16 +173,15 @@ def lower_attention(kop, name: str) -> KernelPlan:
                        then=lambda: kb.store(Ss, [row, j], kb.unary("exp", kb.binary("sub", score(j), shift))) or [])
                 return []
             kb.for_(0, Bc, 32, body=write_p)
-            psum = warp_reduce(kb, scratch, w, l, Bc, "add", lambda j: kb.load(Ss, [row, j]), accum)
-            alpha = kb.unary("exp", kb.binary("sub", m_old, shift))
-            ell = kb.binary("add", kb.binary("mul", alpha, ell_old), psum)
+            psum = warp_reduce(kb, l, Bc, "add", lambda j: kb.load(Ss, [row, j]), accum)
 
             def keep():
+                alpha = kb.unary("exp", kb.binary("sub", m_old, shift))
+                kb.store(Ls, [row, 0], kb.binary("add", kb.binary("mul", alpha, kb.load(Ls, [row, 0])), psum))
                 kb.store(Ms, [row, 0], m_new)
-                kb.store(Ls, [row, 0], ell)
                 kb.store(Al, [row, 0], alpha)
                 return []
-            kb.if_(kb.binary("eq", l, 0), then=keep)
+            kb.if_(lead, then=keep)
             return []
         kb.for_(0, Br // W, 1, body=row_step)
         kb.barrier()  # P, α, m and ℓ are visible
@@ -207,28 +206,27 @@ def _fit(op, s: dict) -> dict:
 
 
 def attention_cost(Sq, Sk, D, tile, *, Dv=None, heads=1, itemsize=2, accum_itemsize=4, padding=0, stages=1,
-                   async_copy=True, lanes=128, dtype="f16", preset="H100") -> KernelCost:
+                   async_copy=True, dtype="f16", preset="H100") -> KernelCost:
     """FlashAttention's cost with Q tiles of ``Br`` rows and K/V tiles of ``Bc`` rows.
 
     Shared memory: the buffers of :func:`lower_attention` — the Q tile; ``stages`` K and V
-    blocks (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α; the
-    butterfly scratch (the output accumulator and PV are register fragments). HBM: Q once,
+    blocks (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α (the
+    output accumulator and PV are register fragments, the butterflies warp shuffles). HBM: Q once,
     K and V once per Q tile, O once, whatever the number of stages. FLOPs, what the tile
     interpreter counts (TILE-COUNT-4), per head and key block of ``Bc`` keys: the two ``mma``
     (``2·Sq·Bc·(D + Dv)``); per score 6 lane operations (×scale in the max and again for p,
-    the max fold, ⊖ shift, exp, the sum fold); per query row 480 lane operations of its warp
-    (two butterflies of 5 × 32, and 32 lanes each for ``max(m, ·)``, ``m ⊖ shift``, ``exp``,
-    ``α ⊗ ℓ``, ``⊕ Σp``); per accumulator element 2 (``α ⊗ acc ⊕ PV``); and at the end one
+    the max fold, ⊖ shift, exp, the sum fold); per query row 324 lane operations of its warp
+    (two butterflies of 5 × 32, and lane 0's ``m ⊖ shift``, ``exp``, ``α ⊗ ℓ``, ``⊕ Σp``); per accumulator element 2 (``α ⊗ acc ⊕ PV``); and at the end one
     division per output element. Loads overlap compute with ``async_copy`` and at least two
     stages."""
     Br, Bc = tile[0], tile[1]
     Dv = D if Dv is None else Dv
     stages = stages if async_copy else 1
     smem = (Br * (D + padding) + stages * Bc * (D + Dv + 2 * padding) + D * (Bc + padding)) * itemsize \
-        + (Br * (Bc + padding) + 3 * Br + (lanes // 32) * 32) * accum_itemsize
+        + (Br * (Bc + padding) + 3 * Br) * accum_itemsize
     elems = heads * (Sq * D + (Sq // Br) * Sk * (D + Dv) + Sq * Dv)
     blocks = Sk // Bc
-    flops = heads * (2 * Sq * Sk * (D + Dv) + 6 * Sq * Sk + Sq * blocks * (480 + 2 * Dv) + Sq * Dv)
+    flops = heads * (2 * Sq * Sk * (D + Dv) + 6 * Sq * Sk + Sq * blocks * (324 + 2 * Dv) + Sq * Dv)
     tiles = heads * (Sq // Br)
     return KernelCost(smem, elems * itemsize, flops, tiles,
                       kernel_seconds(flops, elems * itemsize, tiles, async_copy and stages >= 2, dtype, preset))
@@ -254,7 +252,7 @@ def _cost(op, s: dict, preset) -> KernelCost:
     t = op.results[0].type
     return attention_cost(q[-2], k[-2], q[-1], s["tile"], Dv=v[-1], heads=math.prod(q[:-2]), itemsize=t.dtype.itemsize,
                           accum_itemsize=t.policy.accum.dtype.itemsize, padding=s["padding"], stages=s["stages"],
-                          async_copy=s["async_copy"], lanes=s["lanes"], dtype=t.policy.storage.name, preset=preset)
+                          async_copy=s["async_copy"], dtype=t.policy.storage.name, preset=preset)
 
 
 FAMILY = KernelFamily(

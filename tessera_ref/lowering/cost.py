@@ -34,9 +34,9 @@ def kernel_cost(kop, preset="H100") -> KernelCost:
     """The cost of a ``tessera.schedule.kernel`` op under its schedule."""
     if kop.name != S.KERNEL:
         raise LoweringError(f"kernel_cost takes a '{S.KERNEL}', got '{kop.name}'")
-    op = the_op(kop)
-    family = family_of(op)
+    ops = S.body_ops(kop)
+    family = family_of(ops[0]) if ops else None
     if family is None:
-        raise LoweringError(f"kernel_cost: '{op.name}' has no kernel family", location=kop.location,
-                            fix="schedule ops of a kernel family only")
-    return family.cost(op, kop.attributes, preset)
+        raise LoweringError(f"kernel_cost: '{ops[0].name if ops else 'an empty kernel'}' has no kernel family",
+                            location=kop.location, fix="schedule ops of a kernel family only")
+    return family.cost(kop if family.fuses else the_op(kop), kop.attributes, preset)

@@ -13,18 +13,27 @@ types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — th
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
 combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
 
+A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
+element the chain's outside operands are loaded once, each op is its one IEEE operation in
+accum rounded once into storage — the value the unfused kernel would have stored — and
+converted back into accum (exactly) for the ops that use it, in registers; the results the
+program uses after the chain are stored. So the bits are the unfused kernels' (no
+contraction, no skipped rounding), and the HBM traffic of the intermediates is gone.
+
 Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
-element) and every result element written; a nominal 1 FLOP per result element.
+element, the kernel's operands) and every result element written, each in its format; a
+nominal 1 FLOP per result element and op.
 """
 from __future__ import annotations
 
 import math
 
 from ..errors import LoweringError
+from ..ir import schedule as S
 from ..ir import tile as T
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
-from .plan import KernelPlan, check_nonempty, check_policy, the_op
+from .plan import KernelPlan, check_nonempty, check_policy
 
 __all__ = ["FAMILY", "lower_elementwise"]
 
@@ -32,53 +41,78 @@ _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "m
 _UNARY = {"neg": "neg", "abs": "abs"}
 
 
-def lower_elementwise(kop, name: str) -> KernelPlan:
-    """The tile kernel of an elementwise schedule kernel (see the module docstring)."""
-    op = the_op(kop)
-    check_nonempty(op)
+def _formats(op) -> tuple:
+    """``(storage, accum)`` of an elementwise op: a LoweringError unless the tile lowering
+    takes it (operands of the result's shape or 0-d, one plain policy)."""
     short = op.name.rsplit(".", 1)[-1]
-    storage, accum = check_policy(op)
     out = op.results[0].type
     if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
         raise LoweringError(f"{short}: the tile lowering takes operands of the result's shape "
                             f"{list(out.shape)} (rank >= 1) or 0-d scalars, got "
                             f"{', '.join(str(v.type) for v in op.operands)}",
                             location=op.location, fix="broadcast_to the operands first")
-    n = math.prod(out.shape)
+    check_nonempty(op)
+    return check_policy(op)
+
+
+def _storage(v) -> str:
+    return v.type.policy.storage.name
+
+
+def lower_elementwise(kop, name: str) -> KernelPlan:
+    """The tile kernel of an elementwise schedule kernel — one op or a fused chain (see the
+    module docstring)."""
+    ops = S.body_ops(kop)
+    formats = [_formats(op) for op in ops]
+    block = kop.regions[0].entry
+    inputs, outputs = list(block.args), list(block.last_op.operands)
+    n = math.prod(ops[-1].results[0].type.shape)
     lanes, v = kop.attributes["lanes"], kop.attributes["vectorize"]
-    names = ["a", "b"][:len(op.operands)]
-    sizes = [1 if v.type.rank == 0 else n for v in op.operands]  # a 0-d scalar is a buffer of one element
-    params = [(p, T.buffer((m,), storage)) for p, m in zip(names, sizes)] + [("y", T.buffer((n,), storage), True)]
-    kb = T.KernelBuilder(name, params, location=op.location)
-    *ins, y = kb.params
+    sizes = [1 if x.type.rank == 0 else n for x in inputs]  # a 0-d scalar is a buffer of one element
+    names = [chr(ord("a") + i) if i < 24 else f"in{i}" for i in range(len(inputs))]
+    params = [(p, T.buffer((m,), _storage(x))) for p, m, x in zip(names, sizes, inputs)]
+    params += [(f"y{i or ''}", T.buffer((n,), _storage(x)), True) for i, x in enumerate(outputs)]
+    kb = T.KernelBuilder(name, params, location=kop.location)
+    ins, ys = kb.params[:len(inputs)], kb.params[len(inputs):]
     base = kb.binary("add", kb.binary("mul", kb.tile_id(0), lanes * v), kb.lane_id())
 
     def element(idx):
-        vals = [kb.load(b, [idx if m == n else 0]) for b, m in zip(ins, sizes)]
-        if storage != accum:
-            vals = [kb.cast(x, accum) for x in vals]
-        r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
-        kb.store(y, [idx], r if storage == accum else kb.cast(r, storage))
+        stored = {x: kb.load(b, [idx if m == n else 0]) for x, b, m in zip(inputs, ins, sizes)}  # storage values
+        exact = {}  # (value, accum) -> the value in accum (converting a storage value into accum is exact)
+
+        def value(x, accum):
+            if (x, accum) not in exact:
+                exact[x, accum] = stored[x] if _storage(x) == accum else kb.cast(stored[x], accum)
+            return exact[x, accum]
+        for op, (storage, accum) in zip(ops, formats):
+            kb.at(op.location)
+            short = op.name.rsplit(".", 1)[-1]
+            vals = [value(x, accum) for x in op.operands]
+            r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
+            stored[op.results[0]] = r if storage == accum else kb.cast(r, storage)  # rounded once, as if stored
+        kb.at(kop.location)
+        for y, x in zip(ys, outputs):
+            kb.store(y, [idx], stored[x])
         return []
 
     for j in range(v):
         idx = kb.binary("add", base, j * lanes) if j else base
         kb.if_(kb.binary("lt", idx, n), then=lambda idx=idx: element(idx))
     func = kb.finish().body.first_op
-    return KernelPlan(func.detach(), (-(-n // (lanes * v)),), lanes, [(m,) for m in sizes], [(n,)])
+    return KernelPlan(func.detach(), (-(-n // (lanes * v)),), lanes, [(m,) for m in sizes], [(n,)] * len(outputs))
 
 
 def _fit(op, s: dict) -> dict:
     return {"tile": [s["lanes"] * s["vectorize"]]}
 
 
-def _cost(op, s: dict, preset) -> KernelCost:
-    t = op.results[0].type
+def _cost(kop, s: dict, preset) -> KernelCost:
+    t = kop.results[0].type
     n_out = math.prod(t.shape)
-    elems = len(op.operands) * n_out + n_out
+    hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
+    flops = len(S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
-    return KernelCost(0, elems * t.dtype.itemsize, n_out, tiles,
-                      kernel_seconds(n_out, elems * t.dtype.itemsize, tiles, False, t.policy.storage.name, preset))
+    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, t.policy.storage.name, preset))
 
 
 FAMILY = KernelFamily(
@@ -86,5 +120,5 @@ FAMILY = KernelFamily(
     defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
-    scope="operands of the result's shape or 0-d")
+    scope="operands of the result's shape or 0-d", fuses=True)
 register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY)])

@@ -36,9 +36,13 @@ class KernelFamily:
     - ``fit(op, schedule) -> dict`` — the schedule entries (``tile``, and whatever depends on
       it) fitted to ``op``'s shapes, given the defaults overridden by the directives;
     - ``template(kernel_op, name) -> KernelPlan`` — the tile kernel of a scheduled kernel;
-    - ``cost(op, schedule, preset) -> KernelCost`` — what that kernel costs, without running it;
+    - ``cost(op, schedule, preset) -> KernelCost`` — what that kernel costs, without running it
+      (``op`` the kernel op for a fusing family, see ``fuses``);
     - ``staged`` — whether, with ``shared``, the Schedule IR stages the operands (``prefetch``);
-    - ``scope`` — what the template accepts beyond the op, for error messages.
+    - ``scope`` — what the template accepts beyond the op, for error messages;
+    - ``fuses`` — whether chains of the family's ops become one kernel (LOWER-FUSE-1); the
+      template and cost of a fusing family take the kernel op itself (its ops are
+      ``schedule.body_ops(kernel)``), those of the others its one Graph IR op.
     """
 
     name: str
@@ -49,6 +53,7 @@ class KernelFamily:
     cost: Callable
     staged: bool
     scope: str
+    fuses: bool = False
 
     def ops(self) -> list:
         """The short names of the primitives of this family."""

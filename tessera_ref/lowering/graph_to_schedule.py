@@ -8,6 +8,15 @@ defaults, overridden by the user's directives the family honours
 *fitted* to the op's shapes by the family (SCHED-FIT-1). Other ops are copied unchanged (the
 Tile lowering reports them). The families (LOWER-FAMILY-1) are :mod:`.matmul`, :mod:`.rows`,
 :mod:`.elementwise` and :mod:`.attention`.
+
+Chains of a fusing family's ops (``KernelFamily.fuses``: the elementwise ops) become one
+kernel (LOWER-FUSE-1): consecutive ops of the function body, each of the chain's result
+shape with operands of that shape or 0-d (an op that uses nothing the chain computed joins
+too: the kernel then has one more result); constants between them are emitted before the
+kernel. The kernel's operands are
+the values the chain uses from outside, in order of first use; its results the chain's
+values used after it (the last op's always). Its schedule is the last op's, with the
+directives of the first op's position.
 """
 from __future__ import annotations
 
@@ -49,6 +58,7 @@ def fit_schedule(op: Operation, directives: dict | None = None) -> dict:
 
 
 def _kernel(op: Operation, mapping: dict, directives: dict | None) -> Operation:
+    """The kernel of one op; ``mapping`` is extended with its results."""
     schedule = fit_schedule(op, directives)
     staged = schedule["shared"] and family_of(op).staged
 
@@ -62,8 +72,47 @@ def _kernel(op: Operation, mapping: dict, directives: dict | None) -> Operation:
                                        op.location))
         return inner.results
 
-    return S.kernel_op([mapping.get(v, v) for v in op.operands], [r.type for r in op.results], schedule,
-                       build, location=op.location)
+    kop = S.kernel_op([mapping.get(v, v) for v in op.operands], [r.type for r in op.results], schedule,
+                      build, location=op.location)
+    mapping.update(zip(op.results, kop.results))
+    return kop
+
+
+def _chain_shape(op: Operation):
+    """The result shape of ``op`` if it can be part of a fused chain (a fusing family's op
+    with one non-empty result of rank >= 1 and operands of that shape or 0-d), else None."""
+    family = family_of(op)
+    if family is None or not family.fuses or len(op.results) != 1:
+        return None
+    shape = op.results[0].type.shape
+    if not shape or 0 in shape or any(v.type.shape not in (shape, ()) for v in op.operands):
+        return None
+    return shape
+
+
+def _fused_kernel(chain: list, mapping: dict, directives: dict | None) -> Operation:
+    """One kernel computing the ops of ``chain`` (see the module docstring)."""
+    members = set(chain)
+    inputs = []
+    for op in chain:
+        for v in op.operands:
+            if v.defining_op not in members and v not in inputs:
+                inputs.append(v)
+    outputs = [op.results[0] for op in chain
+               if op is chain[-1] or any(u not in members for u in op.results[0].users)]
+    schedule = fit_schedule(chain[-1], directives)
+    schedule["op"] = "+".join(op.name.rsplit(".", 1)[-1] for op in chain)
+
+    def build(block: Block):
+        inner = dict(zip(inputs, block.args))
+        for op in chain:
+            block.append(op.clone(inner))
+        return [inner[v] for v in outputs]
+
+    kop = S.kernel_op([mapping.get(v, v) for v in inputs], [v.type for v in outputs], schedule, build,
+                      location=chain[0].location)
+    mapping.update(zip(outputs, kop.results))
+    return kop
 
 
 def graph_to_schedule(program, directives: dict | None = None, *, per_op: dict | None = None) -> Module:
@@ -80,15 +129,34 @@ def graph_to_schedule(program, directives: dict | None = None, *, per_op: dict |
         new = func_op(func.attributes["sym_name"], sig.inputs, sig.results, location=func.location)
         mapping = dict(zip(func.regions[0].entry.args, new.regions[0].entry.args))
         body = new.regions[0].entry
+        chain, start = [], 0
+
+        def extra(index):
+            return {**(directives or {}), **((per_op or {}).get(index, {}))}
+
+        def flush():
+            if len(chain) > 1:
+                body.append(_fused_kernel(chain, mapping, extra(start)))
+            elif chain:
+                body.append(_kernel(chain[0], mapping, extra(start)))
+            chain.clear()
+
         for index, op in enumerate(func.regions[0].entry):
-            if family_of(op) is not None:
-                extra = {**(directives or {}), **((per_op or {}).get(index, {}))}
-                kop = _kernel(op, mapping, extra)
-                body.append(kop)
-                for old, res in zip(op.results, kop.results):
-                    mapping[old] = res
+            t = _chain_shape(op)
+            if chain and t == chain[-1].results[0].type.shape:
+                chain.append(op)
+            elif chain and not op.operands and family_of(op) is None:
+                body.append(op.clone(mapping))  # a constant inside a chain: computed before its kernel
             else:
-                body.append(op.clone(mapping))
+                flush()
+                if t is not None:
+                    chain.append(op)
+                    start = index
+                elif family_of(op) is not None:
+                    body.append(_kernel(op, mapping, extra(index)))
+                else:
+                    body.append(op.clone(mapping))
+        flush()
         module.body.append(new)
     return module
 

@@ -14,10 +14,11 @@ program (LOWER-ROWS-1):
 1. lane ``l`` folds ``x_l, x_{l+32}, …`` into a partial that starts at the identity
    (−0 for sums, −inf for max, +inf for min) — a uniform loop over ``j0 = 0, 32, …`` in
    which lane ``l`` takes element ``j0 + l`` when it exists (a lane-varying ``if``);
-2. five butterfly steps, offsets 16, 8, 4, 2, 1: every lane writes its partial to a
-   shared-memory scratch row, a barrier, reads the partial of lane ``l xor offset``, a
-   barrier, and combines ``p ⊕ q``. After the last step every lane holds the result
-   (each pair computes the same commutative sum).
+2. five butterfly steps, offsets 16, 8, 4, 2, 1: every lane reads the partial of lane
+   ``l xor offset`` with a warp shuffle (``shfl_xor``, TILE-WARP-1: registers, no shared
+   memory, no barrier) and combines ``p ⊕ q``. After the last step every lane holds the
+   result (each pair computes the same commutative sum). This is NUM-RED-2's
+   ``__shfl_xor_sync`` reduction from −0 literally.
 
 So every rounding happens in the order the Graph IR interpreter uses, and the results are
 bit-identical (LOWER-EXACT-1). ``mean`` divides the sum by the exact length ``L`` (a
@@ -25,7 +26,10 @@ correctly rounded IEEE division: ``L`` is exact in the accum format). The elemen
 steps are single IEEE operations in accum; ``exp`` and ``rsqrt`` are the Tile IR ``unary``
 functions, which follow the NUM-MATH algorithms as the Graph IR does.
 
-Cost (LOWER-COST-1): shared memory ``R·32·accum itemsize`` (the butterfly scratch); HBM the
+The loads are scalar (one element per lane and access; a warp's 32 loads of a row with
+``I = 1`` are one coalesced 128-byte request for f32).
+
+Cost (LOWER-COST-1): no shared memory (the butterfly is in registers); HBM the
 input once per pass (reductions 1, layernorm 3, rmsnorm 2, softmax 3), a sector per element
 when the row's elements are 32 bytes apart or more, the weight and bias once per input
 element, and the result — a reduction stores each result from one lane (a sector each); a
@@ -65,24 +69,19 @@ def row_view(op) -> tuple:
     return math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:])
 
 
-def warp_reduce(kb: T.KernelBuilder, scratch, w, l, length: int, fn: str, element, accum: str):
-    """NUM-RED-2 over ``element(j)``, ``j < length``, by warp ``w`` (lane ``l`` of it), with ⊕ =
-    ``fn`` (add, max, min) in ``accum``: the lane folds, then the butterfly through the
-    ``scratch`` row ``w`` of a ``[warps, 32]`` shared buffer (see the module docstring).
-    Every lane of the warp gets the result."""
+def warp_reduce(kb: T.KernelBuilder, l, length: int, fn: str, element, accum: str, init=None):
+    """NUM-RED-2 over ``element(j)``, ``j < length``, by the warp of lane ``l`` (its lane
+    number in the warp), with ⊕ = ``fn`` (add, max, min) in ``accum``: the lane folds from
+    ``init`` (default the identity), then the butterfly of warp shuffles (see the module
+    docstring). Every lane of the warp gets the result; all 32 lanes must call it together
+    (no lane-varying ``if`` around it)."""
     def fold(j0, p):
         j = kb.binary("add", j0, l)
         return kb.if_(kb.binary("lt", j, length), then=lambda: [kb.binary(fn, p, element(j))], else_=lambda: [p])
-    p, = kb.for_(0, length, 32, init=[kb.const(_IDENTITY[fn], accum)], body=fold)
+    start = kb.const(_IDENTITY[fn], accum) if init is None else init
+    p, = kb.for_(0, length, 32, init=[start], body=fold)
     for off in _BUTTERFLY:
-        kb.store(scratch, [w, l], p)
-        kb.barrier()
-        # l xor off for a power of two: l + off when bit ``off`` of l is clear, else l - off
-        bit = kb.binary("mod", kb.binary("floordiv", l, off), 2)
-        partner = kb.binary("sub", kb.binary("add", l, off), kb.binary("mul", bit, 2 * off))
-        q = kb.load(scratch, [w, partner])
-        kb.barrier()
-        p = kb.binary(fn, p, q)
+        p = kb.binary(fn, p, kb.shfl_xor(p, off))
     return p
 
 
@@ -95,7 +94,6 @@ class _Warps:
         self.w, self.l = kb.binary("floordiv", lane, 32), kb.binary("mod", lane, 32)
         row = kb.binary("add", kb.binary("mul", kb.tile_id(0), R), self.w)
         self.o, self.i = kb.binary("floordiv", row, I), kb.binary("mod", row, I)
-        self.scratch = kb.alloc((R, 32), accum)
 
     def load(self, buf, j):
         """``buf[o, j, i]`` converted into accum (exact)."""
@@ -113,7 +111,7 @@ class _Warps:
 
     def reduce(self, fn: str, element) -> object:
         """NUM-RED-2 with ⊕ = ``fn`` of ``element(j)`` (an accum value built for index j)."""
-        return warp_reduce(self.kb, self.scratch, self.w, self.l, self.L, fn, element, self.accum)
+        return warp_reduce(self.kb, self.l, self.L, fn, element, self.accum)
 
     def each(self, body) -> None:
         """``body(j)`` for every element ``j`` of the row this lane owns (j = l, l+32, …)."""
@@ -219,7 +217,7 @@ def _cost(op, s: dict, preset) -> KernelCost:
     hbm = (_PASSES[short] * along + (len(op.operands) - 1) * itemsize) * n_in \
         + n_out * (32 if short in _COMBINE else along)  # a reduction's result: one lane stores a sector
     tiles = O * I // R
-    return KernelCost(R * 32 * t.policy.accum.dtype.itemsize, hbm, 5 * n_in, tiles,
+    return KernelCost(0, hbm, 5 * n_in, tiles,
                       kernel_seconds(5 * n_in, hbm, tiles, False, t.policy.storage.name, preset))
 
 

@@ -47,8 +47,11 @@ class LoweredProgram:
 
 
 def _lower_kernel(kop: Operation, name: str) -> KernelPlan:
-    op = the_op(kop)
-    family = family_of(op)
+    ops = S.body_ops(kop)
+    family = family_of(ops[0]) if ops else None
+    if family is None or not family.fuses:  # one Graph IR op per kernel
+        op = the_op(kop)
+        family = family_of(op)
     if family is None:
         raise LoweringError(f"'{op.name}' has Schedule IR but no kernel family, so no Tile IR lowering",
                             location=kop.location, fix=f"tile lowerings exist for {describe_families()}")

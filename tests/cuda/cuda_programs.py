@@ -54,6 +54,6 @@ def lowered(name):
 #: (kernel name, what fails today) -> why
 KNOWN = {
     ("attention_bf16", "stack"): "cyclic fragments indexed at run time land in local memory (384 B stack)",
-    ("attention", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
-    ("attention_causal", "compile"): "static shared memory above 48 KB (needs dynamic shared memory)",
+    ("attention", "stack"): "cyclic accumulator fragment indexed at run time lands in local memory (512 B stack)",
+    ("attention_causal", "stack"): "cyclic accumulator fragment indexed at run time lands in local memory (512 B stack)",
 }

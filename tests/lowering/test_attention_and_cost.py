@@ -69,14 +69,15 @@ def test_flash_attention_honours_the_pipeline_stages(stages, async_copy):
 
 def test_flash_attention_keeps_the_accumulator_in_registers():
     """The accumulator and PV are fragments: the kernel's shared buffers are Q, the K and V
-    rings, Kᵀ, S/P, m, ℓ, α and the butterfly scratch — no [Br, Dv] accum tile."""
+    rings, Kᵀ, S/P, m, ℓ and α — no [Br, Dv] accum tile, and no butterfly scratch (the
+    butterflies are warp shuffles)."""
     q, k, v = (RNG.standard_normal(shape).astype(np.float32) for shape in QKV_SHAPES)
     _, _, _, program = lowered(lambda q, k, v: op.flash_attention(q, k, v, block_k=32), q, k, v,
                                directives=dict(tile=(32, 32, 32), stages=2), checks=False)
     allocs = [o.results[0].type for o in program.tile.walk() if o.name == "tessera.tile.alloc"]
     assert sorted(str(t) for t in allocs) == sorted(["tensor<32x32xf32>", "tensor<2x32x32xf32>", "tensor<2x32x16xf32>",
                                                      "tensor<32x32xf32>", "tensor<32x32xf32>", "tensor<32x1xf32>",
-                                                     "tensor<32x1xf32>", "tensor<32x1xf32>", "tensor<4x32xf32>"])
+                                                     "tensor<32x1xf32>", "tensor<32x1xf32>"])
 
 
 def test_flash_attention_overlaps_loads_only_when_pipelined():
@@ -180,3 +181,20 @@ def test_flash_schedule_moves_several_times_less_than_naive():
     ratios = [naive_attention_bytes(n, n, 64, (128, 128))["total"] / attention_cost(n, n, 64, (128, 128)).hbm_bytes
               for n in (1024, 4096)]
     assert 6.5 < ratios[0] < ratios[1] < 7.5
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("stages,async_copy,per_block", [(2, True, 4), (3, True, 4), (1, False, 5)])
+def test_flash_attention_barriers_per_key_block(causal, stages, async_copy, per_block):
+    """The row max and sum are warp shuffles: a key block passes the pipeline's barrier, the Kᵀ
+    staging barrier, the S barrier and the P barrier (and, with one stage, the barrier that
+    ends the block) — not the butterflies' 10 per row reduction."""
+    q = RNG.standard_normal((1, 64, 32)).astype(np.float32)
+    k, v = (RNG.standard_normal((1, 128, 32)).astype(np.float32) for _ in range(2))
+    got, want, reports, _ = lowered(lambda q, k, v: op.flash_attention(q, k, v, causal=causal, block_k=32), q, k, v,
+                                    directives=dict(tile=(32, 32, 32), stages=stages, async_copy=async_copy))
+    assert_same_bits(got, want)
+    c = reports[0].counters
+    tiles, blocks, rows = 2, 128 // 32, 32
+    assert c.barriers == tiles * blocks * per_block
+    assert c.shuffles == tiles * blocks * rows * 2 * 5  # per row and block: the max and the sum, 5 steps each

@@ -6,7 +6,7 @@ from lowering_helpers import assert_same_bits, bits, lowered
 
 from tessera_ref import op
 from tessera_ref.ir import parse_module
-from tessera_ref.errors import LoweringError, TileRaceError
+from tessera_ref.errors import LoweringError, TileBarrierError, TileRaceError
 from tessera_ref.interp.tile import run
 from tessera_ref.numerics.reduce import dot_tiled
 
@@ -162,15 +162,23 @@ def test_planted_missing_barrier_in_the_pipeline_is_a_race():
         run(broken, [a, a, out], grid=(2, 2), lanes=128, checks=True)
 
 
-def test_planted_missing_butterfly_barrier_is_a_race():
+def test_the_butterfly_is_warp_shuffles_without_barriers_or_shared_memory():
+    x = _adversarial((4, 64))
+    _, _, reports, program = lowered(lambda x: op.sum(x, axis=1), x)
+    text = str(program.tile)
+    assert text.count('"tessera.tile.shfl_xor"') == 5
+    assert '"tessera.tile.barrier"' not in text and '"tessera.tile.alloc"' not in text
+    c = reports[0].counters
+    assert c.barriers == 0 and c.smem_requests == 0 and c.shuffles == 5 * 4  # 4 rows, one warp each
+
+
+def test_planted_partial_warp_in_the_butterfly_is_a_finding():
+    """Launched with 112 lanes, the fourth warp has 16 lanes: its shuffles read lanes that do
+    not exist, which the checker reports at the shuffle's line."""
     x = _adversarial((4, 64))
     _, _, _, program = lowered(lambda x: op.sum(x, axis=1), x)
-    text = str(program.tile)
-    i = text.index('"tessera.tile.load"', text.index('"tessera.tile.store"'))  # the first butterfly read
-    j = text.index('"tessera.tile.barrier"', i)
-    broken = parse_module(text[:text.rindex("\n", 0, j)] + text[text.index("\n", j):])
-    with pytest.raises(TileRaceError):
-        run(broken, [x.reshape(4, 64, 1), np.zeros((4, 1), np.float32)], grid=(1,), lanes=128, checks=True)
+    with pytest.raises(TileBarrierError, match=r"shfl_xor by 16.*not by lanes 112-127"):
+        run(program.tile, [x.reshape(4, 64, 1), np.zeros((4, 1), np.float32)], grid=(1,), lanes=112, checks=True)
 
 
 # ---------------------------------------------------------------------------------------

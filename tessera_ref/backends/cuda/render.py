@@ -4,22 +4,30 @@
 op (LOWER-TARGET-1) through :data:`RULES`, one rule per Tile IR op (:data:`NO_RULE` names
 the ops without one, and why): a tile is a thread block, a lane a thread
 (``threadIdx.x``), tile ids are ``blockIdx``; global buffers are row-major pointers;
-``alloc`` is a ``__shared__`` array whose rows are padded by ``pad`` elements and whose
-byte offsets go through ``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with
-``swizzle = "xor"``; a view is a base pointer
-plus an element offset, strides and a proven alignment (:meth:`_Emitter.divisor`);
-``cp_async`` is an unrolled loop of ``tsr_cp_async<bytes>`` pieces (its ``bytes``, or the
-widest of 16, 8, 4 the views prove aligned; a plain per-thread copy when none fits),
-piece ``j`` by thread ``j mod lanes``; ``cp_async_commit`` / ``cp_async_wait`` /
-``barrier`` are ``tsr_cp_async_commit()`` / ``tsr_cp_async_wait<N>()`` /
-``__syncthreads()``. A fragment is a register array of the slots the thread owns
-(TILE-FRAG-1: its ``layout``, :mod:`.owned`, else the elements ``j ≡ lane (mod lanes)``),
-indexed by constants in fully unrolled loops so it stays in registers; ``mma`` updates each
-owned element with ``fmaf`` (``fma`` in f64) over k ascending — the NUM-RED-1 order, so the
-compiled kernel computes the interpreter's bits — and on a separable layout loads, per
-``k``, the thread's rows of ``a`` and columns of ``b`` once into registers (``float4`` /
-``float2`` vector loads where aligned, as are the epilogue's stores), the register-blocked
-SGEMM. Fragment ``binary`` / ``unary`` act on the owned elements; an operand
+``alloc`` is a typed pointer into the kernel's one dynamic shared-memory array
+``extern __shared__ __align__(16) unsigned char tsr_smem[]`` at the byte offset
+:func:`tessera_ref.ir.tile.shared_layout` gives it (program order, 128-byte boundaries: the
+interpreter's placement), rows padded by ``pad`` elements, byte offsets through
+``TSR_SWIZZLE`` (CuTe ``Swizzle<3,4,3>``) with ``swizzle = "xor"``. A launch passes the
+kernel's byte count (:func:`dynamic_smem`; also printed above the kernel) as its dynamic
+shared memory, and above 48 KB (:data:`SMEM_STATIC_LIMIT`) first raises the kernel's
+``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CuPy:
+``RawKernel.max_dynamic_shared_size_bytes``); :func:`emit_cuda` refuses a kernel over its
+architecture's limit (:data:`SMEM_LIMIT`). A view is a base pointer plus an element offset,
+strides and a proven alignment (:meth:`_Emitter.divisor`); ``cp_async`` is an unrolled loop
+of ``tsr_cp_async<bytes>`` pieces (its ``bytes``, or the widest of 16, 8, 4 the views prove
+aligned; a plain per-thread copy when none fits), piece ``j`` by thread ``j mod lanes``;
+``cp_async_commit`` / ``cp_async_wait`` / ``barrier`` are ``tsr_cp_async_commit()`` /
+``tsr_cp_async_wait<N>()`` / ``__syncthreads()``; ``shfl_xor`` is ``tsr_shfl_xor(v, offset)``,
+the device header's ``__shfl_xor_sync(0xffffffff, v, offset)``. A fragment is a register
+array of the slots the thread owns (TILE-FRAG-1: its ``layout``, :mod:`.owned`, else the
+elements ``j ≡ lane (mod lanes)``), indexed by constants in fully unrolled loops so it stays
+in registers; ``mma`` updates each owned element with ``fmaf`` (``fma`` in f64) over k
+ascending — the NUM-RED-1 order, so the compiled kernel computes the interpreter's bits —
+and on a separable layout loads, per ``k``, the thread's rows of ``a`` and columns of ``b``
+once into registers (``float4`` / ``float2`` vector loads where aligned, as are the
+epilogue's stores), the register-blocked SGEMM. Fragment ``binary`` / ``unary`` act on the
+owned elements; an operand
 broadcast along an axis (``[Br, 1]`` against ``[Br, Dv]``) is not owned by the lane that
 needs it, so it is read from the shared view it was ``frag_load``-ed from — which the
 emitter allows only when nothing between the load and the use writes memory or waits.
@@ -56,7 +64,7 @@ from ...ir.types import IndexType, ScalarType, TensorType
 from ...numerics.tc import PREFIX as TC_PREFIX
 from .owned import Owned
 
-__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -142,6 +150,20 @@ def _index_type(func) -> str:
     return "int"
 
 
+#: The most shared memory one block may use (hardware.md): 227 KB on sm_90, 163 KB on sm_80.
+SMEM_LIMIT = {"sm_80": 163 * 1024, "sm_90": 227 * 1024}
+#: Above this many bytes a launch must first raise the kernel's
+#: ``cudaFuncAttributeMaxDynamicSharedMemorySize`` (CuPy: ``max_dynamic_shared_size_bytes``).
+SMEM_STATIC_LIMIT = 48 * 1024
+
+
+def dynamic_smem(module: Module) -> dict:
+    """``{kernel name: bytes of dynamic shared memory}`` for every tile kernel of ``module``:
+    what a launch passes (CuPy ``shared_mem=``), raising the kernel's maximum dynamic
+    shared memory attribute first when it is above :data:`SMEM_STATIC_LIMIT`."""
+    return {op.attributes["sym_name"]: T.shared_layout(op)[1] for op in module.body if T.is_kernel(op)}
+
+
 class _View:
     """A buffer region: pointer name, element offset expression, shape, strides, swizzled?"""
 
@@ -184,6 +206,7 @@ class _Emitter:
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
         self.layouts = {}  # fragment value -> its Owned (absent: cyclic)
         self.idx = _index_type(func)
+        self.smem_offsets, self.smem_bytes = T.shared_layout(func)
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -245,6 +268,11 @@ class _Emitter:
         launch = ""
         if "launch.grid" in attrs:
             launch = f"// launch: grid {tuple(attrs['launch.grid'])}, {attrs['launch.lanes']} threads per block\n"
+        if self.smem_bytes:
+            raise_limit = (f"; over {SMEM_STATIC_LIMIT:,} B: raise cudaFuncAttributeMaxDynamicSharedMemorySize first"
+                           if self.smem_bytes > SMEM_STATIC_LIMIT else "")
+            launch += f"// dynamic shared memory: {self.smem_bytes} B{raise_limit}\n"
+            self.emit("extern __shared__ __align__(16) unsigned char tsr_smem[];  // every alloc is carved out of it")
         head = f'{launch}extern "C" __global__ void {attrs["sym_name"]}({", ".join(params)}) {{'
         self.block(self.func.regions[0].entry)
         return "\n".join([head] + self.lines + ["}"])
@@ -334,6 +362,9 @@ class _Emitter:
         cast = _convert(x, src, dst, op.location) if src and dst else f"({self.ctype(op.results[0].type)})({x})"
         self.value(op, cast)
 
+    def op_shfl_xor(self, op):
+        self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
+
     def op_select(self, op):
         m, a, b = (self.arg(v) for v in op.operands)
         self.value(op, f"{m} ? {a} : {b}")
@@ -352,8 +383,8 @@ class _Emitter:
     def op_alloc(self, op):
         t, pad = op.results[0].type, op.attributes["pad"]
         name = self.name(op.results[0])
-        rows = math.prod(t.shape[:-1])
-        self.emit(f"__shared__ __align__(128) {self.ctype(t)} {name}[{rows * (t.shape[-1] + pad)}];"
+        ctype = self.ctype(t)
+        self.emit(f"{ctype}* {name} = reinterpret_cast<{ctype}*>(tsr_smem + {self.smem_offsets[op]});"
                   f"  // {list(t.shape)}, rows padded by {pad}, swizzle {op.attributes['swizzle']}")
         self.names[op.results[0]] = _View(name, "0", t.shape, self.strides(t.shape, pad),
                                           op.attributes["swizzle"] == "xor", t.dtype.itemsize)
@@ -833,7 +864,8 @@ RULES = {T._name(short): rule for short, rule in {
     "lane_id": _Emitter.op_lane_id, "linear_id": _Emitter.op_linear_id, "num_lanes": _Emitter.op_num_lanes,
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
-    "cast": _Emitter.op_cast, "select": _Emitter.op_select, "load": _Emitter.op_load, "store": _Emitter.op_store,
+    "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
+    "load": _Emitter.op_load, "store": _Emitter.op_store,
     "alloc": _Emitter.op_alloc, "subview": _Emitter.op_subview, "cp_async": _Emitter.op_cp_async,
     "cp_async_commit": _Emitter.op_cp_async_commit, "cp_async_wait": _Emitter.op_cp_async_wait,
     "barrier": _Emitter.op_barrier, "fill": _Emitter.op_fill, "frag_load": _Emitter.op_frag_load,
@@ -848,9 +880,23 @@ NO_RULE = {
 }
 
 
-def emit_cuda(module: Module) -> str:
-    """The CUDA C text of every tile kernel in ``module`` (see the module docstring)."""
+def emit_cuda(module: Module, arch="sm_90") -> str:
+    """The CUDA C text of every tile kernel in ``module`` (see the module docstring). ``arch``
+    (``"sm_80"``, ``"sm_90"`` or a list of them) sets the shared-memory budget: a kernel
+    needing more than :data:`SMEM_LIMIT` of any of them is a LoweringError."""
     kernels = [op for op in module.body if T.is_kernel(op)]
     if not kernels:
         raise LoweringError("the module holds no tile kernels", fix="lower a Graph IR program first")
+    for name in [arch] if isinstance(arch, str) else list(arch):
+        if name not in SMEM_LIMIT:
+            raise LoweringError(f"the CUDA emitter knows the shared-memory budget of {sorted(SMEM_LIMIT)}, not "
+                                f"{name!r}", fix="pass arch='sm_80' or 'sm_90'")
+        for k in kernels:
+            need = T.shared_layout(k)[1]
+            if need > SMEM_LIMIT[name]:
+                raise LoweringError(f"kernel @{k.attributes['sym_name']} needs {need:,} B of shared memory per block, "
+                                    f"over the {SMEM_LIMIT[name]:,} B ({SMEM_LIMIT[name] // 1024} KB) a block may use "
+                                    f"on {name}", location=k.location,
+                                    fix="use fewer pipeline stages or smaller tiles (the autotuner rejects such "
+                                        "schedules against the preset's limit)")
     return HEADER + "\n" + "\n\n".join(_Emitter(k).kernel() for k in kernels) + "\n"

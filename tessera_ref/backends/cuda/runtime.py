@@ -6,7 +6,8 @@ device's architecture (:func:`~.compile.build`, cached) and launched: the cubin 
 ``cupy.RawModule(path=...)``, every buffer parameter is copied to a device buffer, the launch
 is ``(grid, (lanes, 1, 1), args, shared_mem)`` with the kernel's parameters in order followed
 by its symbolic sizes (``long``), and the ``mut`` buffers are copied back. Dynamic shared
-memory (the kernel attribute ``launch.dynamic_smem``, bytes) above 48 KB sets the function's
+memory (the kernel attribute ``launch.dynamic_smem`` in bytes when set, else the total of
+:func:`~tessera_ref.ir.tile.shared_layout`, LOWER-TARGET-2) above 48 KB sets the function's
 max-dynamic-shared-memory attribute first. Ops without a kernel family run on the host by
 their primitive's reference ``impl``, as the interpreter runs them; an op whose instance has
 no tile lowering is a BackendError, never a silent fallback. Single device only: a mesh is
@@ -160,7 +161,7 @@ class CudaBackend(Backend):
                 args.append(_bits(np.asarray(value, dtype=dtype).reshape(1))[0])
         args += [np.int64(sizes[s]) for s in attrs.get("tile.sizes", {})]
         fn, report = self._function(launch.module, name)
-        dynamic = int(attrs.get(DYNAMIC_SMEM, 0))
+        dynamic = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
         if dynamic > _STATIC_SMEM_MAX:
             fn.max_dynamic_shared_size_bytes = dynamic
         grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)

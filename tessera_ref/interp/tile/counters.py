@@ -25,6 +25,7 @@ class Counters:
 
     tiles: int = 0
     barriers: int = 0
+    shuffles: int = 0  # warp shuffles (one per warp that executes a shfl_xor): registers, not shared memory
     flops: int = 0
     global_requests: int = 0
     global_sectors: int = 0

@@ -208,7 +208,6 @@ class Run:
             self.tile = tile
             self.tile_linear = int(np.ravel_multi_index(tile, self.grid))
             self.phase = 0
-            self.smem_top = 0
             self.allocs: dict = {}
             self.pending: list = []
             self.groups: list = []
@@ -554,6 +553,31 @@ def _select(run, op, mask):
     return np.where(m, a, b) if np.ndim(m) or np.ndim(a) or np.ndim(b) else (a if m else b)
 
 
+def _shfl_xor(run, op, mask):
+    """TILE-WARP-1: lane ``l`` gets the value of lane ``l xor offset`` of its warp. Every
+    lane of a warp that executes it must be present and active (the full-warp mask of
+    ``__shfl_xor_sync(0xffffffff, …)``); otherwise a ``barrier`` finding, and such a lane
+    reads its own value."""
+    x = run.env[op.operands[0]]
+    lanes = run.lane_ids
+    warps = np.unique(lanes[mask] // T.WARP)
+    run.counters.shuffles += int(warps.size)
+    members = (warps[:, None] * T.WARP + np.arange(T.WARP)).reshape(-1)
+    absent = members[(members >= run.lanes) | ~np.isin(members, lanes[mask])]
+    if absent.size:
+        run.report("barrier", f"a warp shuffle (shfl_xor by {op.attributes['offset']}) in tile {run.tile} is executed "
+                   f"by {C.describe_lanes(lanes[mask])} but not by {C.describe_lanes(absent)} of the same warp "
+                   f"(a divergent or partial warp: the values read from those lanes are undefined on a GPU)",
+                   op, absent, fix="execute warp shuffles with all 32 lanes of the warp, outside lane-varying ifs, "
+                                   "with lanes a multiple of 32")
+    if np.ndim(x) == 0:
+        return x
+    partner = lanes ^ op.attributes["offset"]
+    ok = partner < run.lanes
+    ok[ok] &= mask[partner[ok]]
+    return np.where(ok, x[np.where(ok, partner, lanes)], x)
+
+
 def _load(run, op, mask):
     buf = run.env[op.operands[0]]
     dtype = _dtype(op.results[0].type)
@@ -595,15 +619,17 @@ def _store(run, op, mask):
 
 def _alloc(run, op, mask):
     """A tile's allocations are static (like CUDA ``__shared__``): an alloc op run again in
-    the same tile (in a loop) gives the same buffer (TILE-MEM-2)."""
+    the same tile (in a loop) gives the same buffer, at its place in
+    :func:`~tessera_ref.ir.tile.shared_layout` (TILE-MEM-2)."""
     buf = run.allocs.get(op)
     if buf is not None:
         return buf
     t = op.results[0].type
     name = op.results[0].name or f"smem@{op.location or '?'}"
-    buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], run.smem_top,
-                 run.checks)
-    run.smem_top += buf.nbytes
+    layout = run._cache.get("smem")
+    if layout is None:
+        layout = run._cache["smem"] = T.shared_layout(run.func)[0]
+    buf = Shared(name, t.shape, _dtype(t), op.attributes["swizzle"], op.attributes["pad"], layout[op], run.checks)
     run.allocs[op] = buf
     return buf
 
@@ -831,7 +857,7 @@ def _collective_in(run, op):
 HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
     "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
-    "select": _select, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
+    "select": _select, "shfl_xor": _shfl_xor, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
     "if": _if}.items()}

@@ -87,8 +87,7 @@ class Shared:
         logical, running = _layout(tuple(shape), self.itemsize, swizzle, pad)
         self.phys_map = logical
         self.layout_key = ("shared", shape, self.itemsize, swizzle, pad, base)
-        size = -(-int(running * self.itemsize) // 128) * 128 // self.itemsize
-        self.nbytes = size * self.itemsize
+        size = -(-int(running * self.itemsize) // 128) * 128 // self.itemsize  # whole 128-byte rows (swizzle)
         self.data = np.zeros(size, dtype=self.dtype)
         if shadow:
             self.init = np.zeros(size, dtype=bool)

@@ -33,7 +33,7 @@ class TileReport:
         """A summary for a person."""
         c = self.counters
         lines = [f"kernel @{self.kernel}: grid {self.grid} x {self.lanes} lanes, {c.tiles} tiles, "
-                 f"{c.barriers} barriers"]
+                 f"{c.barriers} barriers" + (f", {c.shuffles} warp shuffles" if c.shuffles else "")]
         for name, (done, total) in self.coverage.items():
             note = "" if done == total else f"  <- {total - done} elements never stored"
             lines.append(f"  {name}: {done} of {total} elements stored{note}")

@@ -20,7 +20,7 @@ SHIM = r"""
 struct tsr_dim3 { long x, y, z; };
 extern tsr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
-#define __shared__ static
+#define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 typedef float __half;
 // distinct narrow types, so a missing conversion is a compile error (as with CUDA's explicit operators)
@@ -47,6 +47,7 @@ template <class T> T tsr_exp(T x) { return x; }
 template <class T> T tsr_rsqrt(T x) { return x; }
 template <class T> T tsr_max(T a, T b) { return a; }
 template <class T> T tsr_min(T a, T b) { return a; }
+template <class T> T tsr_shfl_xor(T v, int) { return v; }
 """
 
 GXX = shutil.which("g++")
@@ -74,7 +75,10 @@ def test_matmul_target_text_is_labelled_and_has_the_pipeline():
     text = inspect(_program(lambda a, b: op.matmul(a, b), A, A, tile=(32, 32, 16), stages=3, padding=1), "target")
     assert text.startswith("// Tessera target text") and "Compiled by NVRTC" in text
     assert "__global__ void" in text and "tsr_cp_async_wait<1>();" in text and "__syncthreads();" in text
-    assert "fmaf(" in text and "[1584]" in text  # 3 stages x 16 k-rows x (32 + 1 pad) floats: A k-major
+    assert "fmaf(" in text and text.count("// [3, 16, 32], rows padded by 1") == 2  # A k-major, and B
+    # A's ring 3 x 16 k-rows x (32 + 1) floats = 6,336 B, then B's (the same size) at the next 128-byte
+    # boundary, 6,400: 6,400 + 6,336 B of dynamic shared memory
+    assert "reinterpret_cast<float*>(tsr_smem + 6400);" in text and "dynamic shared memory: 12736 B\n" in text
 
 
 @pytest.mark.skipif(GXX is None, reason="needs g++")
@@ -172,6 +176,7 @@ template <class T> __device__ T tsr_exp(T x) { return expf(x); }
 template <class T> __device__ T tsr_rsqrt(T x) { return rsqrtf(x); }
 template <class T> __device__ T tsr_max(T a, T b) { return fmaxf(a, b); }
 template <class T> __device__ T tsr_min(T a, T b) { return fminf(a, b); }
+template <class T> __device__ T tsr_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 template <class T> __device__ T tsr_cvt(float x);
 template <> __device__ __nv_bfloat16 tsr_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __nv_fp8_e4m3 tsr_cvt<__nv_fp8_e4m3>(float x) {

@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 
 from tessera_ref import op
+from tessera_ref.errors import TileBarrierError
 from tessera_conformance import assert_bits, assert_close, clause
 
-from ..tiles.support import bits, counters, dtype, findings, global_sectors, part, round_to, warp_sum
-from .support import adversarial, graph, lowered, planted_race, tile_funcs
+from ..tiles.support import (bits, counters, dtype, findings, global_sectors, launch_module, part, round_to,
+                             warp_sum)
+from .support import adversarial, graph, lowered, tile_funcs
 
 RNG = np.random.default_rng(13)
 
@@ -119,13 +121,17 @@ def test_normalizations(backend, name, params):
     assert_close(got[0], ref, rel=1e-5)
 
 
-@clause("LOWER-ROWS-1")
-def test_a_butterfly_barrier_is_needed(backend):
+@clause("LOWER-ROWS-1", "TILE-WARP-1")
+def test_the_butterfly_is_warp_shuffles_and_needs_whole_warps(backend):
+    """Five shuffles and no barrier; launched with a partial last warp (112 lanes), the
+    shuffles read lanes that do not exist, which is reported (a divergent warp)."""
     x = adversarial(RNG, (4, 64))
     _, _, program = lowered(backend, lambda x: op.sum(x, axis=1), x)
     text = str(program.tile)
-    first_read = text.index('"tessera.tile.load"', text.index('"tessera.tile.store"'))
-    planted_race(backend, program, (x.reshape(4, 64, 1),), '"tessera.tile.barrier"', text[first_read:first_read + 200])
+    assert text.count('"tessera.tile.shfl_xor"') == 5 and '"tessera.tile.barrier"' not in text
+    with pytest.raises(TileBarrierError, match="lanes 112-127"):
+        launch_module(backend, program.tile, [x.reshape(4, 64, 1), np.zeros((4, 1), np.float32)], grid=1,
+                      lanes=112, checks=True)
 
 
 # -- elementwise ------------------------------------------------------------------------------

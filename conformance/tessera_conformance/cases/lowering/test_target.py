@@ -55,8 +55,9 @@ def test_each_kernel_is_a_global_function_of_the_formats_c_type(backend, fmt):
 @pytest.mark.parametrize("padding, swizzle", [(0, "none"), (1, "none"), (0, "xor")])
 def test_shared_buffers_have_padded_rows_and_swizzled_offsets(backend, padding, swizzle):
     text, _ = _target(backend, "f16", dict(tile=(32, 32, 16), stages=2, padding=padding, swizzle=swizzle))
-    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 16 * (32 + padding)}\];", text)  # A's ring, k-major, padded
-    assert re.search(rf"__shared__ [^;]*__half v\d+\[{2 * 16 * (32 + padding)}\];", text)
+    assert re.search(rf"__half\* v\d+ = reinterpret_cast<__half\*>\(tsr_smem \+ \d+\);  // \[2, 16, 32\], "
+                     rf"rows padded by {padding}", text)  # A's ring, k-major, rows padded
+    assert len(re.findall(rf"// \[2, 16, 32\], rows padded by {padding}", text)) == 2  # and B's
     assert ("TSR_SWIZZLE(" in text.split("#include")[-1].split("\n", 1)[1]) == (swizzle == "xor")
     assert re.search(r"\bfloat v\d+\[8\];", text)  # the 32x32 accumulator: 8 elements per thread of 128
 
@@ -79,11 +80,33 @@ def test_an_op_without_a_rule_is_a_lowering_error_that_says_why():
         TARGETS["target"](kb.finish())
 
 
+@clause("LOWER-TARGET-2")
+@pytest.mark.parametrize("padding", [0, 1])
+def test_shared_buffers_are_carved_out_of_one_dynamic_array(backend, padding):
+    """Every alloc is a pointer into tsr_smem at the next 128-byte boundary after the previous
+    one, in program order; the kernel's byte count is printed above it."""
+    text, program = _target(backend, "f32", dict(tile=(32, 32, 16), stages=2, padding=padding))
+    for func in tile_funcs(program):
+        allocs = [o for o in func.walk() if o.name == "tessera.tile.alloc"]
+        placed, top = [], 0
+        for o in allocs:
+            t = o.results[0].type
+            placed.append(top)
+            size = int(np.prod(t.shape[:-1])) * (t.shape[-1] + o.attributes["pad"]) * t.dtype.itemsize
+            top += -(-size // 128) * 128
+        name = func.attributes["sym_name"]
+        head = text[:text.index(f"void {name}(")].rsplit("\n\n", 1)[-1]
+        body = text[text.index(f"void {name}("):].split("\n}\n", 1)[0]
+        assert (f"// dynamic shared memory: {top} B" in head) == bool(allocs), name
+        assert ("unsigned char tsr_smem[];" in body) == bool(allocs)
+        assert [int(o) for o in re.findall(r"reinterpret_cast<\w+\*>\(tsr_smem \+ (\d+)\)", body)] == placed
+
+
 STUB = r'''
 #pragma once
 #include <cmath>
 #define __global__
-#define __shared__ static
+#define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
 struct tsr_dim3 { long x, y, z; };
@@ -112,6 +135,7 @@ MATH(tsr_exp) MATH(tsr_expm1) MATH(tsr_log) MATH(tsr_sin) MATH(tsr_cos) MATH(tsr
 MATH(tsr_erfc) MATH(tsr_sigmoid) MATH(tsr_silu) MATH(tsr_gelu) MATH(tsr_gelu_tanh) MATH(tsr_rsqrt)
 template <class T> T tsr_max(T, T);
 template <class T> T tsr_min(T, T);
+template <class T> T tsr_shfl_xor(T, int);
 '''
 
 
@@ -150,6 +174,7 @@ MATH(tsr_tanh, tanh) MATH(tsr_erf, erf) MATH(tsr_erfc, erfc) MATH(tsr_sigmoid, e
 MATH(tsr_gelu, exp) MATH(tsr_gelu_tanh, exp) MATH(tsr_rsqrt, rsqrt)
 template <class T> __device__ T tsr_max(T a, T b) { return a > b ? a : b; }
 template <class T> __device__ T tsr_min(T a, T b) { return a < b ? a : b; }
+template <class T> __device__ T tsr_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 '''
 
 

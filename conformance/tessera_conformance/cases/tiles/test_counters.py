@@ -200,3 +200,23 @@ def test_the_roofline_is_sim_roof_1_on_the_first_buffers_rate(backend, fmt, pres
     key = {"f32": "f32", "f16": "f16", "bf16": "bf16", "f64": "f64", "fp8_e4m3": "fp8"}[fmt]
     want = max(c.flops / p.peaks[key], c.hbm_bytes / p.hbm_bandwidth)
     assert part(backend, report, "roofline").time == pytest.approx(want, rel=1e-12)
+
+
+@kernel
+def warp_exchange(X: f32[n], Y: mut[f32[n]]):
+    """Each lane takes its xor-16 partner's value, then adds its xor-1 partner's."""
+    i = tile.lane_id()
+    p = tile.shfl_xor(X[i], 16)
+    Y[i] = p + tile.shfl_xor(p, 1)
+
+
+@clause("TILE-COUNT-5", "TILE-WARP-1")
+def test_shuffles_count_one_per_warp_and_touch_no_shared_memory(backend):
+    x = np.arange(96, dtype=np.float32)
+    y = np.zeros(96, np.float32)
+    report = launch(backend, warp_exchange, x, y, grid=1, lanes=96)
+    partner16 = [lane - 16 if lane % 32 >= 16 else lane + 16 for lane in range(96)]
+    p = x[partner16]
+    assert_bits(y, p + p[[lane - 1 if lane % 2 else lane + 1 for lane in range(96)]])
+    c = counters(backend, report)
+    assert c.shuffles == 2 * 3 and c.smem_requests == 0 and c.barriers == 0  # two shuffles, three warps
