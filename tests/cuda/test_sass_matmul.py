@@ -10,6 +10,7 @@ import tessera_ref as t
 from tessera_ref import op
 from tessera_ref.backends.cuda.compile import build
 from tessera_ref.backends.cuda.report import ARCH_LIMITS, BUDGET_REGISTERS
+from tessera_ref.backends.cuda.render import dynamic_smem
 from tessera_ref.backends.cuda.source import render
 from tessera_ref.lowering import lower
 
@@ -30,6 +31,11 @@ def _kernel(fn, args, arch, directives=FAST):
     return k
 
 
+def _dynamic_smem(fn, args, directives=FAST) -> int:
+    (need,) = dynamic_smem(lower(t.jit(fn).trace(*args), directives).tile).values()
+    return need
+
+
 def _local_memory(k) -> int:
     return sum(n for o, n in k.sass.items() if o.startswith(("LDL", "STL")))
 
@@ -39,7 +45,9 @@ def test_the_exact_sgemm_main_loop_is_ffma_with_vector_shared_loads_and_16_byte_
     k = _kernel(lambda a, b: op.matmul(a, b), (_ones((256, 64)), _ones((64, 256))), arch)
     assert k.spill_stores == k.spill_loads == k.stack_bytes == 0 and _local_memory(k) == 0, k
     assert k.registers <= BUDGET_REGISTERS, k
-    assert k.shared_bytes == 2 * 2 * 8 * 128 * 4  # two stages of A [8, 128] and B [8, 128] f32
+    # two stages of A [8, 128] and B [8, 128] f32, in dynamic shared memory (LOWER-TARGET-2)
+    assert k.shared_bytes == 0
+    assert _dynamic_smem(lambda a, b: op.matmul(a, b), (_ones((256, 64)), _ones((64, 256)))) == 2 * 2 * 8 * 128 * 4
     assert k.share("FFMA") >= 0.75, k.main_loop
     assert k.main_loop["FFMA"] == 8 * 8 * 8  # 8 x 8 micro-tile, BK = 8
     assert k.main_loop["LDS.128"] == 4 * 8  # per k: two 4-row pieces of A, two 4-column pieces of B
