@@ -4,6 +4,8 @@ A :class:`Primitive` is one op of the Graph level (``"tessera.graph.<name>"``) a
 
 - ``attrs`` — the attribute schema: every attribute the op takes, its default, and a check
   of its value (an unknown or malformed attribute is an :class:`~tessera_ref.errors.OpError`);
+- ``arity`` — how many operands the op takes, ``(least, most)`` (``most`` is ``None`` for
+  any number); by default read off ``infer``'s positional parameters;
 - ``infer(attrs, *operand_types)`` — the result type(s) from the operand types and the
   attributes, raising :class:`~tessera_ref.errors.ShapeError` /
   :class:`~tessera_ref.errors.DTypeError` naming every type involved on a mismatch;
@@ -20,11 +22,15 @@ A :class:`Primitive` is one op of the Graph level (``"tessera.graph.<name>"``) a
 
 Defining a primitive registers its IR name with :func:`tessera_ref.ir.register_op`, with a
 verify hook that re-runs ``infer`` on the op's operand types and attributes and compares the
-result types — so a parsed module is checked by exactly the rules that built it.
+result types — so a parsed module is checked by exactly the rules that built it. Before it
+calls any rule, the hook checks the operand count against ``arity`` and that every operand
+is a tensor (Graph IR ops take tensors only), so an ill-formed op is a
+:class:`~tessera_ref.ir.VerifyError`, never an exception from inside a rule.
 """
 from __future__ import annotations
 
 import difflib
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -32,6 +38,7 @@ import numpy as np
 
 from ..errors import OpError, TesseraError
 from ..ir.registry import close_dialect, register_op
+from ..ir.types import TensorType
 
 __all__ = ["Primitive", "Attr", "Call", "Cost", "PRIMITIVES", "GRAPH_DIALECT", "NOT_DIFFERENTIABLE",
            "RULES", "define", "primitive", "primitive_of", "missing_rules", "REQUIRED"]
@@ -113,6 +120,7 @@ class Primitive:
     kernel_family: object = None  # set by the lowering's register_family (ops cannot import lowering)
     canonicalize: Callable | None = None
     layout_aware: bool = False
+    arity: tuple = (0, None)
 
     @property
     def ir_name(self) -> str:
@@ -183,8 +191,32 @@ class Primitive:
         return [rule for rule in RULES if getattr(self, rule) is None]
 
 
+def _arity_of(infer: Callable) -> tuple:
+    """``(least, most)`` operands of an ``infer(attrs, ...)``; ``most`` is None for ``*types``."""
+    params = list(inspect.signature(infer).parameters.values())[1:]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    least = sum(p.default is p.empty for p in positional)
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    return least, None if variadic else len(positional)
+
+
+def _check_operands(prim: Primitive, op) -> None:
+    least, most = prim.arity
+    n = len(op.operands)
+    if n < least or (most is not None and n > most):
+        wanted = (f"{least}" if least == most else f"{least} to {most}" if most is not None
+                  else f"at least {least}")
+        raise op.emit_error(f"takes {wanted} operand(s), has {n}",
+                            fix=f"build it with tessera_ref.op.{prim.name}(...)")
+    for index, value in enumerate(op.operands):
+        if not isinstance(value.type, TensorType):
+            raise op.emit_error(f"operand #{index} is a {value.type}, but Graph IR ops take tensors",
+                                fix="pass a tensor (a 0-d tensor<f32> for a single number)")
+
+
 def _verify_hook(prim: Primitive):
     def verify(op) -> None:
+        _check_operands(prim, op)
         try:
             attrs = prim.check_attrs(dict(op.attributes))
             in_types = tuple(v.type if prim.layout_aware else v.type.with_layout(None) for v in op.operands)
@@ -204,7 +236,8 @@ def _verify_hook(prim: Primitive):
 
 def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: str,
            attrs: dict | None = None, vjp=None, jvp=None, shard=None,
-           canonicalize: Callable | None = None, layout_aware: bool = False) -> Primitive:
+           canonicalize: Callable | None = None, layout_aware: bool = False,
+           arity: tuple | None = None) -> Primitive:
     """Define and register the primitive ``name`` (once); see the module docstring."""
     if name in PRIMITIVES:
         raise OpError(f"primitive {name!r} is already defined", fix="define each op once")
@@ -212,7 +245,8 @@ def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: 
         if not isinstance(value, Attr):
             raise OpError(f"attribute {key!r} of {name!r} must be declared with Attr(...)")
     prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard,
-                     canonicalize=canonicalize, layout_aware=layout_aware)
+                     canonicalize=canonicalize, layout_aware=layout_aware,
+                     arity=_arity_of(infer) if arity is None else arity)
     register_op(prim.ir_name, verify=_verify_hook(prim))
     PRIMITIVES[name] = prim
     _BY_IR_NAME[prim.ir_name] = prim
