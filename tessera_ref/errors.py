@@ -12,6 +12,7 @@ import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_CONTEXTLIB = os.path.abspath(contextlib.__file__)  # `with` plumbing between the user and our code
 _RUNNING = contextvars.ContextVar("tessera_ref_running_op", default=None)
 
 
@@ -30,7 +31,8 @@ def running_op_at(location: str | None):
 def user_location() -> str | None:
     """``"file:line"`` of the innermost stack frame that is not code of ``tessera_ref``.
 
-    A frame belongs to the package when its file lies in the package directory or, for code
+    A frame belongs to the package when its file lies in the package directory (or is the
+    standard library's ``contextlib``, which runs our context managers) or, for code
     generated at run time (dataclass ``__init__`` and the like), when its module is ours —
     except modules that declare ``__tessera_user_code__ = True`` (the bundled demo), which are
     user programs that happen to ship with the package. While an interpreter runs a traced op
@@ -43,7 +45,8 @@ def user_location() -> str | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         module = frame.f_globals.get("__name__", "")
-        ours = os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep) or (
+        path = os.path.abspath(filename)
+        ours = path.startswith(_PACKAGE_DIR + os.sep) or path == _CONTEXTLIB or (
             filename.startswith("<") and (module == "tessera_ref" or module.startswith("tessera_ref."))
         )
         if not ours or frame.f_globals.get("__tessera_user_code__"):

@@ -22,12 +22,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..context import TRACES
-from ..errors import DTypeError, TraceError
+from ..errors import DTypeError, ShapeError, TraceError
 from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
 from ..numerics import Policy, as_policy, cast, get_format
 
-__all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar"]
+__all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar",
+           "length_of"]
 
 
 #: Every op function by name (``FUNCTIONS.add``), as ``tessera_ref.op`` has them: a registry
@@ -137,9 +138,7 @@ class Array(TensorOperators):
         return data.copy() if copy else data
 
     def __len__(self) -> int:
-        if not self.data.ndim:
-            raise TypeError("len() of a 0-d tensor")
-        return len(self.data)
+        return length_of(self.type)
 
     def __bool__(self) -> bool:
         return bool(self.data)
@@ -194,12 +193,21 @@ class Tracer(TensorOperators):
         self._concrete("int()")
 
     def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return length_of(self.type)
 
     def __repr__(self) -> str:
         return f"Tracer({self.type} in {self.trace.name!r})"
+
+
+def length_of(t: TensorType) -> int:
+    """``len()`` of a tensor of type ``t``: its first dimension, which must exist and be a number."""
+    if not t.shape:
+        raise ShapeError(f"len() of a 0-d tensor ({t}): it has no first dimension",
+                         fix="use x.shape (here ()), or reshape it to [1] first")
+    if not isinstance(t.shape[0], int):
+        raise ShapeError(f"len() of {t}: its first dimension {t.shape[0]!r} is symbolic",
+                         fix="use x.shape[0] (the symbol), or trace with a concrete size")
+    return t.shape[0]
 
 
 def current_trace() -> "Trace | None":
@@ -245,7 +253,7 @@ class Trace:
     def value_of(self, x, weak) -> Value:
         """The IR value for an operand: a tracer's own value, or a constant op for concrete data."""
         if isinstance(x, Tracer):
-            if x.trace is not self:
+            if x.trace is not self or x.trace.sealed:
                 raise TraceError(f"a traced value of {x.trace.name!r} ({x.type}) is used in {self.name!r}"
                                  + (" after its trace ended" if x.trace.sealed else ""),
                                  fix="pass values between traced functions as arguments and results")
@@ -318,6 +326,18 @@ def _convert(values: np.ndarray, element, seed) -> np.ndarray:
     return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow, key=seed)
 
 
+def _host_values(x) -> np.ndarray:
+    """``np.asarray(x)``, refusing ragged nesting and non-numeric objects."""
+    try:
+        values = np.asarray(x)
+    except ValueError:
+        values = None
+    if values is None or values.dtype == object:
+        raise DTypeError(f"asarray() got ragged or non-numeric data ({type(x).__name__})",
+                         fix="pass a rectangular array of numbers (every row the same length)")
+    return values
+
+
 def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     """An :class:`Array` holding ``x`` (an Array, NumPy array, nested list or scalar).
 
@@ -345,11 +365,10 @@ def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     elif is_weak_scalar(x) and not isinstance(x, np.generic):
         element = as_policy(weak if weak is not None else "f32")
     else:
-        element = element_of_dtype(np.asarray(x).dtype)
-    values = x.data if isinstance(x, Array) else np.asarray(x)
-    if values.dtype == object:
-        raise DTypeError("asarray() got ragged or non-numeric data",
-                         fix="pass a rectangular array of numbers")
+        element = None  # the NumPy dtype decides
+    values = x.data if isinstance(x, Array) else _host_values(x)
+    if element is None:
+        element = element_of_dtype(values.dtype)
     data = _convert(values, element, seed)
     if not data.flags.c_contiguous:
         data = data.copy()

@@ -181,7 +181,7 @@ class Run:
         kind, bad, detail = problem
         where = np.flatnonzero(bad)
         index = buf.logical_of(phys[where[0]])[0]
-        who = lanes if np.ndim(lanes) == 0 else lanes[where]
+        who = lanes if np.ndim(lanes) == 0 else lanes[where][phys[where] == phys[where[0]]]  # that element's lanes
         self.report(kind, f"{verb} {buf.name}{list(index)} by {C.describe_lanes(who)} of tile "
                           f"{self.tile}: {detail}", op, who, index,
                     fix="separate the accesses with tbarrier() (and cp_async wait before it)"
