@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.util
 import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_CONTEXTLIB = os.path.abspath(contextlib.__file__)  # `with` plumbing between the user and our code
+# Plumbing between the user's line and our code: `with` blocks of our context managers, and
+# NumPy calling our protocol methods (np.sum(x) -> x.sum(...)).
+_NUMPY = importlib.util.find_spec("numpy")
+_PLUMBING = (os.path.abspath(contextlib.__file__),
+             os.path.dirname(os.path.abspath(_NUMPY.origin)) + os.sep if _NUMPY and _NUMPY.origin else None)
 _RUNNING = contextvars.ContextVar("tessera_ref_running_op", default=None)
 
 
@@ -28,11 +33,16 @@ def running_op_at(location: str | None):
         _RUNNING.reset(token)
 
 
+def _is_plumbing(path: str) -> bool:
+    return path == _PLUMBING[0] or (_PLUMBING[1] is not None and path.startswith(_PLUMBING[1]))
+
+
 def user_location() -> str | None:
     """``"file:line"`` of the innermost stack frame that is not code of ``tessera_ref``.
 
-    A frame belongs to the package when its file lies in the package directory (or is the
-    standard library's ``contextlib``, which runs our context managers) or, for code
+    A frame belongs to the package when its file lies in the package directory (or is
+    plumbing: the standard library's ``contextlib`` running our context managers, NumPy calling
+    our protocol methods) or, for code
     generated at run time (dataclass ``__init__`` and the like), when its module is ours —
     except modules that declare ``__tessera_user_code__ = True`` (the bundled demo), which are
     user programs that happen to ship with the package. While an interpreter runs a traced op
@@ -46,7 +56,7 @@ def user_location() -> str | None:
         filename = frame.f_code.co_filename
         module = frame.f_globals.get("__name__", "")
         path = os.path.abspath(filename)
-        ours = path.startswith(_PACKAGE_DIR + os.sep) or path == _CONTEXTLIB or (
+        ours = path.startswith(_PACKAGE_DIR + os.sep) or _is_plumbing(path) or (
             filename.startswith("<") and (module == "tessera_ref" or module.startswith("tessera_ref."))
         )
         if not ours or frame.f_globals.get("__tessera_user_code__"):

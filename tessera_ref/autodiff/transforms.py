@@ -21,7 +21,7 @@ from ..ops.elementwise import mul
 from ..ops.values import Tracer, asarray, current_trace, is_weak_scalar
 from . import effects
 from .forward import tangents as forward_tangents
-from .pytree import flatten
+from ..frontend.pytree import flatten
 from .reverse import backward, check_effects, differentiable, zeros_of
 from .tracing import in_trace, is_dist, is_static, ops_after, record, run, prepare
 
