@@ -6,9 +6,9 @@ An attribute is one of these Python values (nested freely inside arrays and dict
     ----------------------  ------------------------------------------------------------
     bool                    true | false
     int                     decimal, optionally negative: 42, -7
-    float                   repr(): 1.5, -0.0, 1e+300, 5e-324; inf, -inf; nan is the
-                            canonical quiet NaN 0x7ff8000000000000, any other NaN is
-                            nan(0x<16 hex digits of its IEEE-754 binary64 bits>)
+    float                   repr() with a "." before any exponent: 1.5, -0.0, 1.0e+300,
+                            5.0e-324; inf, -inf and NaNs as their IEEE-754 binary64 bits in
+                            MLIR's hexadecimal form: 0x7FF0000000000000 : f64
     str                     "...": printable ASCII as is, except \\\\ for a backslash
                             and \\" for a quote; \\n and \\t for newline and tab; any
                             other character as \\XX per byte of its UTF-8 encoding
@@ -22,8 +22,11 @@ An attribute is one of these Python values (nested freely inside arrays and dict
     SymbolRef               @name, or @"any text" when name is not [A-Za-z_][A-Za-z0-9_$.]*
 
 Floats are binary64 and round-trip bit for bit: ``repr`` of a finite float is the shortest
-text that reads back to the same bits (it always contains ``.`` or ``e``, so a float never
-prints like an int), and NaN payloads and signs are kept in the hexadecimal form.
+text that reads back to the same bits (with ``.0`` added before a bare exponent, as MLIR's
+float literals need a ``.``), and NaN payloads and signs are kept in the hexadecimal form.
+The text is valid MLIR (an untyped float literal is an f64 attribute). The parser also reads
+``inf``, ``-inf``, ``nan`` and ``nan(0x<16 hex digits>)``, and refuses a decimal literal
+outside binary64's range (one that would become inf, or 0 while its digits are not 0).
 
 Equality of attributes is :func:`attr_key` equality: floats compare by their bits (so
 ``nan`` equals itself and ``-0.0`` differs from ``0.0``), lists equal tuples.
@@ -61,12 +64,13 @@ def float_bits(value: float) -> int:
 
 def format_float(value: float) -> str:
     """Exact text of a float attribute (see the module docstring)."""
-    if value != value:
-        bits = float_bits(value)
-        return "nan" if bits == CANONICAL_NAN_BITS else f"nan(0x{bits:016x})"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return repr(float(value))
+    if value != value or math.isinf(value):
+        return f"0x{float_bits(value):016X} : f64"
+    text = repr(float(value))
+    if "." not in text:  # 1e-05 -> 1.0e-05
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def quote_string(text: str) -> str:

@@ -19,6 +19,7 @@ the line with a caret, and a hint. Non-numeric value names (``%q``) become the v
 """
 from __future__ import annotations
 
+import math
 import re
 import struct
 
@@ -47,6 +48,7 @@ _TENSOR = re.compile(r"tensor<[^<>]*(?:<[^<>]*>[^<>]*)*>")
 _SIMPLE_DICT = re.compile(r'\{[^{}"]*\}')
 _PLAIN_STRING = re.compile(r'"([^"\\\n]*)"')
 _HEX = re.compile(r"[0-9A-Fa-f]{2}")
+_HEX_FLOAT = re.compile(r"0x([0-9A-Fa-f]{16})\b")
 _NAN_PAYLOAD = re.compile(r"\(0x([0-9A-Fa-f]{16})\)")
 _ESCAPES = {"\\": b"\\", '"': b'"', "n": b"\n", "t": b"\t"}
 _INDEX = IndexType()
@@ -359,6 +361,11 @@ class _Parser:
         if self.accept(":"):
             self.ws()
             text += ":" + self.match(_DIGITS, "a line number").group()
+            if self.accept(":"):
+                self.ws()
+                column = self.match(_DIGITS, "a column number").group()
+                if column != "0":  # column 0 is MLIR's "unknown column"
+                    text += ":" + column
         self.expect(")", "to close the location")
         return text
 
@@ -645,6 +652,8 @@ class _Parser:
             return SymbolRef(self.match(BARE_NAME_RE, "a symbol name after '@'").group())
         if c == "(":
             return self.type()
+        if text.startswith("0x", start):
+            return self.hex_float()
         if c == "-" or c.isdigit():
             if text.startswith("-inf", start):
                 self.pos += 4
@@ -653,9 +662,15 @@ class _Parser:
             try:
                 if number.group(1) is None and number.group(2) is None:
                     return int(number.group())
-                return float(number.group())
+                value = float(number.group())
             except ValueError:
                 raise self.error(f"number {number.group()[:20]}... has too many digits", start) from None
+            digits = number.group()[:number.start(2) - number.start() if number.group(2) else None]
+            if math.isinf(value) or (value == 0 and digits.strip("-0.")):
+                raise self.error(f"float {number.group()[:30]} is outside the binary64 range (it would read as "
+                                 f"{value})", start, fix="write a value between 5.0e-324 and 1.7976931348623157e+308 "
+                                 "in magnitude, or inf as 0x7FF0000000000000 : f64")
+            return value
         word = _IDENT.match(text, start)
         if word is None:
             raise self.error(f"expected an attribute value, found {self.found()}",
@@ -674,6 +689,18 @@ class _Parser:
             self.pos += 6
             return self.dense(start)
         return self.type()
+
+    def hex_float(self) -> float:
+        """``0x<16 hex digits> : f64``: a float given by its binary64 bits (MLIR's form)."""
+        start = self.pos
+        digits = self.match(_HEX_FLOAT, "16 hex digits after 0x (the binary64 bits of a float)").group(1)
+        self.expect(":", "and the float type after a hexadecimal float")
+        self.ws()
+        if not self.text.startswith("f64", self.pos):
+            raise self.error(f"expected f64 after the hexadecimal float at column {start + 1}, found {self.found()}",
+                             fix="hexadecimal floats are binary64 bits: write 0x7FF0000000000000 : f64")
+        self.pos += 3
+        return struct.unpack("<d", struct.pack("<Q", int(digits, 16)))[0]
 
     def nan(self) -> float:
         payload = _NAN_PAYLOAD.match(self.text, self.pos)

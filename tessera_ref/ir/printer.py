@@ -12,12 +12,12 @@ Grammar (types in :mod:`tessera_ref.ir.types`, attributes in
     label      ::= "^" [A-Za-z0-9_$.]+ ("(" value ":" type ("," value ":" type)* ")")? ":"
     attr-dict  ::= "{" (key "=" attribute ("," key "=" attribute)*)? "}"
     key        ::= [A-Za-z_][A-Za-z0-9_$.]* | string
-    location   ::= "loc(" string (":" [0-9]+)? ")"
+    location   ::= "loc(" string (":" [0-9]+ (":" [0-9]+)?)? ")"
 
 For example::
 
     %0 = "tessera.graph.matmul"(%a, %b) {tile_shape = [128, 128, 64]}
-         : (tensor<128x64xbf16>, tensor<64x32xbf16>) -> tensor<128x32xbf16> loc("model.py":12)
+         : (tensor<128x64xbf16>, tensor<64x32xbf16>) -> tensor<128x32xbf16> loc("model.py":12:0)
 
 (one line in the text; broken here to fit).
 
@@ -31,8 +31,10 @@ writes one canonical text, so print -> parse -> print is byte-identical:
   ``^bb0``, ``^bb1``, ... per region; the entry block's label is left out when the block has
   no arguments and at least one op;
 - attributes are sorted by key; an empty attribute dict is left out;
-- a location ``"file:line"`` (ending in ``:`` and digits) prints as ``loc("file":line)``,
-  any other location string as ``loc("text")``; an op without a location prints none;
+- a location ``"file:line"`` (ending in ``:`` and digits) prints as ``loc("file":line:0)``
+  (MLIR's file-line-column form; column 0 is "unknown"), any other location string as
+  ``loc("text")``; an op without a location prints none. The parser reads a nonzero column
+  back into the location (``"file:line:col"``);
 - SSA names: a value whose ``name`` hint matches ``[A-Za-z_$.][A-Za-z0-9_$.]*`` prints as
   ``%hint``, or ``%hint_1``, ``%hint_2``, ... when that name is already taken; every other
   value gets the next number (``%0``, ``%1``, ... in text order). Names are unique within
@@ -96,10 +98,10 @@ def _format_entries(attributes: dict) -> str:
 
 
 def format_location(location: str) -> str:
-    """``loc("file":line)`` for ``"file:line"``, else ``loc("text")``."""
+    """``loc("file":line:0)`` for ``"file:line"``, else ``loc("text")``."""
     match = _LOCATION_RE.fullmatch(location)
     if match:
-        return f"loc({quote_string(match.group(1))}:{match.group(2)})"
+        return f"loc({quote_string(match.group(1))}:{match.group(2)}:0)"
     return f"loc({quote_string(location)})"
 
 
