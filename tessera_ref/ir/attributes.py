@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import TesseraError
 from ..numerics import Format, get_format
-from .errors import IRError
+from .errors import MAX_NESTING, IRError, too_deep
 from .types import ELEMENT_KINDS, ElementKind, Type
 
 __all__ = ["DenseAttr", "SymbolRef", "attr_key", "unsupported_attribute", "float_bits", "format_float",
@@ -185,23 +185,26 @@ def unsupported_attribute(value) -> IRError:
                        "(convert NumPy scalars with int() or float())")
 
 
-def attr_key(value):
+def attr_key(value, _depth: int = 0):
     """A hashable key such that two attributes are equal iff their keys are equal.
 
-    Raises :class:`~tessera_ref.ir.errors.IRError` for a value that is not an attribute.
+    Raises :class:`~tessera_ref.ir.errors.IRError` for a value that is not an attribute, or
+    arrays and dicts nested more than :data:`~tessera_ref.ir.errors.MAX_NESTING` deep.
     """
+    if _depth >= MAX_NESTING:
+        raise IRError(too_deep("attribute arrays and dicts are"), fix="store flatter attributes")
     kind = type(value)
     if kind is bool or kind is int or kind is str:
         return (kind.__name__, value)
     if isinstance(value, float):
         return ("float", float_bits(value))
     if isinstance(value, (tuple, list)):
-        return ("array", tuple(attr_key(v) for v in value))
+        return ("array", tuple(attr_key(v, _depth + 1) for v in value))
     if isinstance(value, dict):
         for k in value:
             if not isinstance(k, str):
                 raise IRError(f"a dict attribute needs str keys, got {k!r}", fix="use str keys")
-        return ("dict", tuple(sorted((k, attr_key(v)) for k, v in value.items())))
+        return ("dict", tuple(sorted((k, attr_key(v, _depth + 1)) for k, v in value.items())))
     if isinstance(value, (Type, DenseAttr, SymbolRef)):
         return value
     raise unsupported_attribute(value)

@@ -27,14 +27,14 @@ from ..errors import TesseraError
 from ..numerics import ALIASES, FORMATS, Policy
 from .attributes import BARE_NAME_RE, CANONICAL_NAN_BITS, DenseAttr, SymbolRef
 from .core import MODULE, Block, Module, Operation, Region
-from .errors import IRError, IRParseError
+from .errors import MAX_NESTING, IRError, IRParseError, too_deep
 from .registry import op_info
 from .layout import ShardLayout
 from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
 
-_WS = re.compile(r"(?:\s+|//[^\n]*)*")
+_SPACE = re.compile(r"\s*")
 _WS_START = " \t\n\r\f\v/"  # (and "" at the end of the text)
 _TOKEN = re.compile(r"\S{1,20}")
 _VALUE = re.compile(r"%([0-9]+|[A-Za-z_$.][A-Za-z0-9_$.]*)")
@@ -94,6 +94,23 @@ def _parse_whole(text: str, source: str, what: str):
     return value
 
 
+def _nested(kind: str):
+    """Count the nesting of ``kind`` around a parse method; deeper than MAX_NESTING is an error."""
+    def wrap(method):
+        def nested(self, *args):
+            depth = self.depth
+            depth[kind] += 1
+            try:
+                if depth[kind] > MAX_NESTING:
+                    raise self.error(too_deep(f"{kind} are"), fix="flatten the text (the IR's nesting limit)")
+                return method(self, *args)
+            finally:
+                depth[kind] -= 1
+        nested.__doc__ = method.__doc__
+        return nested
+    return wrap
+
+
 class _Parser:
     """Recursive descent over the raw text; ``pos`` is the current offset."""
 
@@ -107,6 +124,7 @@ class _Parser:
         self.types: dict = {}
         self.signatures: dict = {}
         self.attr_dicts: dict = {}
+        self.depth = {"regions": 0, "attributes": 0}  # current nesting (MAX_NESTING bounds both)
 
     # -- diagnostics ------------------------------------------------------------------
     def line_column(self, pos: int) -> tuple[int, int]:
@@ -137,16 +155,23 @@ class _Parser:
 
     # -- tokens -----------------------------------------------------------------------
     def ws(self) -> None:
-        if self.text[self.pos:self.pos + 1] in _WS_START:
-            self.pos = _WS.match(self.text, self.pos).end()
+        """Skip whitespace and ``//`` comments (a loop, not one repeated regex group, whose
+        backtracking state would grow with the number of comment lines)."""
+        text = self.text
+        if text[self.pos:self.pos + 1] not in _WS_START:
+            return
+        pos = _SPACE.match(text, self.pos).end()
+        while text.startswith("//", pos):
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else _SPACE.match(text, end).end()
+        self.pos = pos
 
     def peek(self) -> str:
         return self.text[self.pos:self.pos + 1]
 
     def accept(self, literal: str) -> bool:
         text = self.text
-        if text[self.pos:self.pos + 1] in _WS_START:
-            self.pos = _WS.match(text, self.pos).end()
+        self.ws()
         if text.startswith(literal, self.pos):
             self.pos += len(literal)
             return True
@@ -309,6 +334,7 @@ class _Parser:
             self.define(result_name, value, pos)
         return op
 
+    @_nested("regions")
     def region(self, isolated: str | None) -> Region:
         self.expect("{", "to open a region")
         open_pos = self.pos - 1
@@ -412,6 +438,7 @@ class _Parser:
         self.expect(")", "to close the type list")
         return types
 
+    @_nested("attributes")
     def type(self):
         self.ws()
         text, start = self.text, self.pos
@@ -626,6 +653,7 @@ class _Parser:
         self.expect("}", "to close the attribute dictionary")
         return entries
 
+    @_nested("attributes")
     def attribute(self):
         self.ws()
         text, start = self.text, self.pos

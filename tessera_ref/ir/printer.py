@@ -46,8 +46,8 @@ from __future__ import annotations
 import re
 
 from .attributes import BARE_NAME_RE, DenseAttr, SymbolRef, format_float, quote_string, unsupported_attribute
-from .core import Operation
-from .errors import IRError
+from .core import Operation, check_nesting
+from .errors import MAX_NESTING, IRError, too_deep
 from .registry import op_info
 from .types import Type, format_signature
 
@@ -61,14 +61,17 @@ _LOCATION_RE = re.compile(r"(.*):([0-9]+)", re.DOTALL)
 
 def print_op(op: Operation) -> str:
     """The text of ``op`` (and everything nested in it)."""
+    check_nesting(op)
     printer = _Printer()
     printer.op(op, "")
     text = "".join(printer.out)
     return text[:-1]
 
 
-def format_attribute(value) -> str:
+def format_attribute(value, _depth: int = 0) -> str:
     """The text of an attribute value (see :mod:`tessera_ref.ir.attributes`)."""
+    if _depth >= MAX_NESTING:
+        raise IRError(too_deep("attribute arrays and dicts are"), fix="store flatter attributes")
     kind = type(value)
     if kind is bool:
         return "true" if value else "false"
@@ -79,20 +82,20 @@ def format_attribute(value) -> str:
     if isinstance(value, float):
         return format_float(value)
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join([format_attribute(v) for v in value]) + "]"
+        return "[" + ", ".join([format_attribute(v, _depth + 1) for v in value]) + "]"
     if isinstance(value, dict):
-        return "{" + _format_entries(value) + "}"
+        return "{" + _format_entries(value, _depth + 1) + "}"
     if isinstance(value, (Type, DenseAttr, SymbolRef)):
         return str(value)
     raise unsupported_attribute(value)
 
 
-def _format_entries(attributes: dict) -> str:
+def _format_entries(attributes: dict, _depth: int = 0) -> str:
     for key in attributes:
         if type(key) is not str:
             raise IRError(f"attribute keys are str, got {key!r}", fix="use str keys")
     return ", ".join([
-        f"{key if BARE_NAME_RE.fullmatch(key) else quote_string(key)} = {format_attribute(attributes[key])}"
+        f"{key if BARE_NAME_RE.fullmatch(key) else quote_string(key)} = {format_attribute(attributes[key], _depth)}"
         for key in sorted(attributes)
     ])
 
