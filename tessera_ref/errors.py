@@ -160,6 +160,11 @@ class OutOfMemoryError(TesseraError, MemoryError):
     tensor, the device, the bytes requested, live and available, and how to make it fit."""
 
 
+class HostMemoryError(TesseraError, MemoryError):
+    """A request too large for the host running the reference (an eager result bigger than
+    its working-memory limit), refused before anything is allocated."""
+
+
 class MemoryWarning(UserWarning):
     """A simulated device's live HBM crossed the guideline of 80% of its capacity (issued once
     per device); the message names the device, the bytes, the percentage and the tensor."""

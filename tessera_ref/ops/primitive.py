@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..errors import OpError, TesseraError
+from ..errors import HostMemoryError, OpError, TesseraError
 from ..ir.registry import close_dialect, register_op
 from ..ir.types import TensorType
 
@@ -175,7 +177,9 @@ class Primitive:
 
     def run(self, call: Call, *arrays) -> tuple:
         """``impl`` on ``arrays`` as a tuple of results, each checked against its type's dtype
-        and static shape (an impl bug, not a user error, trips this)."""
+        and static shape (an impl bug, not a user error, trips this). Results too large for the
+        host are refused first (:func:`check_host_memory`)."""
+        check_host_memory(self.name, call.out_types, call.location)
         out = self.impl(call, *arrays)
         out = out if isinstance(out, tuple) else (out,)
         for value, ty in zip(out, call.out_types):
@@ -189,6 +193,34 @@ class Primitive:
     def missing(self) -> list[str]:
         """The rule slots still empty (``None``)."""
         return [rule for rule in RULES if getattr(self, rule) is None]
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX host: no limit known
+        return None
+
+
+#: The host's physical memory in bytes (None where the platform does not say).
+HOST_MEMORY = _host_memory()
+
+
+def check_host_memory(name: str, out_types, location: str | None) -> None:
+    """Refuse computing results of ``out_types`` whose bytes exceed a quarter of the host's
+    memory (the exact kernels hold operands in wider formats: several times the result) with
+    a :class:`~tessera_ref.errors.HostMemoryError`, before anything is allocated."""
+    if HOST_MEMORY is None:
+        return
+    need = sum(math.prod(t.shape) * t.dtype.itemsize for t in out_types if t.is_static)
+    if need > HOST_MEMORY // 4:
+        gib = 2 ** 30
+        raise HostMemoryError(
+            f"{name} would compute {', '.join(map(str, out_types))}: {need / gib:.1f} GiB of results, more than "
+            f"the {HOST_MEMORY / 4 / gib:.1f} GiB this host can compute with (a quarter of its "
+            f"{HOST_MEMORY / gib:.1f} GiB: the exact kernels work in wider formats)",
+            fix="use a smaller shape, or abstract tensors (dist.tensor without data) for types, bytes and "
+                "costs without values", location=location)
 
 
 def _arity_of(infer: Callable) -> tuple:
