@@ -114,9 +114,10 @@ class MemoryAccountant:
     def _oom(self, d: int, nbytes: int, name: str, location) -> OutOfMemoryError:
         live, cap = self._live[d], self.capacity
         return OutOfMemoryError(
-            f"out of memory on {self.device_names[d]}: {name!r} needs {_exact(nbytes)} but {_exact(live)} of "
-            f"its {_exact(cap)} of HBM are live, {_exact(cap - live)} free; largest live tensors: "
-            f"{self._largest(d)}",
+            f"out of memory on {self.device_names[d]}: {name!r} needs {_exact(nbytes)}, but "
+            + (f"its HBM holds only {_exact(cap)} (all of it free)" if not live else
+               f"only {_exact(cap - live)} of its {_exact(cap)} of HBM is free ({_exact(live)} in use by "
+               f"{self._largest(d)})"),
             fix=f"shard {name!r} over more devices (a ShardSpec partition over a larger mesh axis divides its "
                 "bytes per device), store it in a smaller format (bf16 -> fp8 halves it), free tensors that are "
                 "no longer needed, or use a preset with more HBM (`tessera-ref sim --presets`)",
