@@ -67,3 +67,20 @@ def test_a_launch_of_a_billion_tiles_or_too_many_lanes_is_refused_at_once():
     with pytest.raises(KernelError, match="at most 1024 lanes"):
         copy(x, y, grid=1, lanes=4096)
     assert not y.any()
+
+
+def test_inside_a_simulated_machine_its_out_of_memory_error_comes_first(host_of_4_gib):
+    from tessera_ref import dist
+    from tessera_ref.errors import OutOfMemoryError
+
+    machine = sim.machine("H100", devices=2)
+    with sim.use(machine):
+        mesh = dist.Mesh(("tp",), range(2), (2,))
+        a = dist.tensor((200000, 1), None, mesh, "f32", data=np.ones((200000, 1), np.float32))
+        b = dist.tensor((1, 200000), None, mesh, "f32", data=np.ones((1, 200000), np.float32))
+        before = len(machine.timeline.events)
+        with pytest.raises(OutOfMemoryError, match="needs 149 GiB"):  # 200000^2 * 4 B on each device
+            op.matmul(a, b)
+        assert len(machine.timeline.events) == before  # nothing recorded for the refused op
+    with pytest.raises(HostMemoryError):  # outside the machine: the host's limit
+        op.matmul(np.ones((200000, 1), np.float32), np.ones((1, 200000), np.float32))

@@ -74,6 +74,13 @@ class MemoryAccountant:
             self._warn(d, handle)
         return handle
 
+    def require(self, device, nbytes: int, name: str, location: str | None = None) -> None:
+        """Raise the :class:`~tessera_ref.errors.OutOfMemoryError` that :meth:`alloc` of
+        ``nbytes`` on ``device`` would raise, recording nothing (a check before computing)."""
+        d = resolve_device(device, self.device_names)
+        if self._live[d] + int(nbytes) > self.capacity:
+            raise self._oom(d, int(nbytes), str(name), location if location is not None else user_location())
+
     def free(self, handle: Allocation) -> None:
         """Give back the bytes of ``handle`` (SIM-MEM-1). Freeing a handle that is not live
         (freed twice, or from another machine) is a :class:`~tessera_ref.errors.SimError`."""
