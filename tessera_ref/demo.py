@@ -11,7 +11,8 @@ What it shows, step by step, on the CPU:
    pending sum over ``tp`` — which the block's ``reduce_scatter`` carries out, leaving the
    output split over the sequence;
 3. every collective the step ran, with its bytes, algorithm and time; the memory of each
-   device and the estimated step time on GB200-NVL72; the timeline as a Chrome trace;
+   device and the estimated step time on GB200-NVL72; with ``--trace OUT.json``, the
+   timeline as a Chrome trace;
 4. the bits against the same block on one device: everything before the K split is
    bit-identical; the K split sums each device's heads and then folds the devices in rank
    order (NUM-RED-3), so the output differs in the last bits (how much is printed); under
@@ -30,11 +31,15 @@ and then multiplies ``x`` (``h`` is dead; we multiply ``h``, as the block's name
 passes the attention output ``[B, heads, S, D]`` straight to ``gemm(y, Wo)`` (we merge the
 heads back to ``[B, S, E]`` first). The seed's ``heads=16`` does not divide ``tp=9``; the demo
 uses 18 heads.
+
+Each section prints its heading before its work and ends with the seconds it took (the
+only lines that differ between runs).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import numpy as np
 
@@ -49,7 +54,18 @@ __tessera_user_code__ = True
 
 HEADS = 18
 TP = 9
-TRACE = "tessera-demo-trace.json"
+
+
+class _Clock:
+    """The wall time of each section, for its last line."""
+
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def lap(self) -> str:
+        now = time.perf_counter()
+        took, self.start = now - self.start, now
+        return f"   ({took:.1f} s)\n"
 
 
 def heads_output(x, Wqkv):
@@ -140,27 +156,31 @@ def _collectives(machine) -> list:
 
 
 def main(trace: str | None = None) -> int:
+    """Run the demo; ``trace``: also write the simulated timeline there (a Chrome trace)."""
+    clock = _Clock()
     machine = sim.machine("GB200-NVL72", devices=72)
     batch, seq, width = 4, 288, HEADS * 64
     with sim.use(machine):
         mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(72)], axes=("dp", "tp", "pp"), shape=(4, 9, 2))
-        print(f"1. {mesh} on a simulated {machine.preset.name}\n")
+        print(f"1. {mesh} on a simulated {machine.preset.name}\n", flush=True)
 
         x, Wqkv, Wo = _weights(mesh, "f32", batch, seq, width)
-        out = tp_block(x, Wqkv, Wo)
         print(f"2. seed 004's transformer block, {HEADS} heads of 64, batch {batch} x sequence {seq} x width "
               f"{width}, traced once (layouts in the types, collectives as ops). As the seed writes it, except:\n"
               f"   gemm(h, Wqkv), not gemm(x, Wqkv), which leaves h = rmsnorm_safe(x) dead; the heads merged back\n"
-              f"   to [B, S, E] before gemm(y, Wo); {HEADS} heads, as the seed's 16 do not divide tp={TP}.\n")
+              f"   to [B, S, E] before gemm(y, Wo); {HEADS} heads, as the seed's 16 do not divide tp={TP}.\n",
+              flush=True)
+        out = tp_block(x, Wqkv, Wo)
         print(tp_block.inspect_ir("graph"), "\n")
         print(f"   each device holds {x.nbytes_per_device:,} B of x, {Wqkv.nbytes_per_device:,} B of Wqkv, "
-              f"{Wo.nbytes_per_device:,} B of Wo; the output is {out.type}\n")
+              f"{Wo.nbytes_per_device:,} B of Wo; the output is {out.type}")
+        print(clock.lap())
 
     print("3. the collectives of the step on the simulated machine:")
     print("\n".join(_collectives(machine)))
     print(f"   estimated step time on {machine.preset.name}: {machine.step_time * 1e6:.1f} us\n")
 
-    print("4. the bits against the same block on one device:")
+    print("4. the bits against the same block on one device:", flush=True)
     with sim.paused():
         same = np.array_equal(dist.all_gather(heads_output(x, Wqkv), axis="tp").numpy().view(np.uint32),
                               _one_device(heads_output, (x, Wqkv), "f32").view(np.uint32))
@@ -175,9 +195,10 @@ def main(trace: str | None = None) -> int:
             print(f"   a 4 x 18 x 72 block, {name}: "
                   f"{_difference(tp_block(*small).numpy(), _one_device(attention_block, small, policy))}")
         print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): "
-              f"{hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()}\n")
+              f"{hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()}")
+    print(clock.lap())
 
-    print("5. the backward pass: grad(mean(block(x)**2)) with respect to Wqkv and Wo, on the mesh")
+    print("5. the backward pass: grad(mean(block(x)**2)) with respect to Wqkv and Wo, on the mesh", flush=True)
     with sim.use(machine):
         step = loss_gradients(x)
         gWqkv, gWo = step(Wqkv, Wo)
@@ -186,7 +207,7 @@ def main(trace: str | None = None) -> int:
     with sim.paused():
         for name, (policy, small) in small_blocks.items():
             print(f"   a 4 x 18 x 72 block, {name}: {_gradient_bits(small, policy)}")
-        print()
+        print(clock.lap())
         big_mesh = dist.Mesh(axes=["tp", "pp", "dp"], devices=range(72))
         W = dist.tensor(shape=(1_000_000, 1_000_000),
                         layout=dist.ShardSpec(partition=("row", "col"), mesh_axes=("tp", "pp")),
@@ -202,7 +223,10 @@ def main(trace: str | None = None) -> int:
     print("7. the simulated machine's report of what ran on it: the forward pass of 2. and the training step "
           "of 5. (forward and backward):\n")
     print(machine.report())
-    path = os.path.abspath(trace or TRACE)
-    machine.save_trace(path)
-    print(f"\ntimeline written to {path} (open it in ui.perfetto.dev)")
+    if trace:
+        path = os.path.abspath(trace)
+        machine.save_trace(path)
+        print(f"\ntimeline written to {path} (open it in ui.perfetto.dev)")
+    else:
+        print("\n(tessera-ref demo --trace OUT.json also writes the timeline, for ui.perfetto.dev)")
     return 0

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib.util
 import os
 import sys
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Plumbing between the user's line and our code: `with` blocks of our context managers, and
+# NumPy calling our protocol methods (np.sum(x) -> x.sum(...)).
+_NUMPY = importlib.util.find_spec("numpy")
+_PLUMBING = (os.path.abspath(contextlib.__file__),
+             os.path.dirname(os.path.abspath(_NUMPY.origin)) + os.sep if _NUMPY and _NUMPY.origin else None)
 _RUNNING = contextvars.ContextVar("tessera_ref_running_op", default=None)
 
 
@@ -27,10 +33,16 @@ def running_op_at(location: str | None):
         _RUNNING.reset(token)
 
 
+def _is_plumbing(path: str) -> bool:
+    return path == _PLUMBING[0] or (_PLUMBING[1] is not None and path.startswith(_PLUMBING[1]))
+
+
 def user_location() -> str | None:
     """``"file:line"`` of the innermost stack frame that is not code of ``tessera_ref``.
 
-    A frame belongs to the package when its file lies in the package directory or, for code
+    A frame belongs to the package when its file lies in the package directory (or is
+    plumbing: the standard library's ``contextlib`` running our context managers, NumPy calling
+    our protocol methods) or, for code
     generated at run time (dataclass ``__init__`` and the like), when its module is ours —
     except modules that declare ``__tessera_user_code__ = True`` (the bundled demo), which are
     user programs that happen to ship with the package. While an interpreter runs a traced op
@@ -43,7 +55,8 @@ def user_location() -> str | None:
     while frame is not None:
         filename = frame.f_code.co_filename
         module = frame.f_globals.get("__name__", "")
-        ours = os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep) or (
+        path = os.path.abspath(filename)
+        ours = path.startswith(_PACKAGE_DIR + os.sep) or _is_plumbing(path) or (
             filename.startswith("<") and (module == "tessera_ref" or module.startswith("tessera_ref."))
         )
         if not ours or frame.f_globals.get("__tessera_user_code__"):
@@ -145,6 +158,11 @@ class SimError(TesseraError, ValueError):
 class OutOfMemoryError(TesseraError, MemoryError):
     """An allocation that does not fit in a simulated device's HBM; the message names the
     tensor, the device, the bytes requested, live and available, and how to make it fit."""
+
+
+class HostMemoryError(TesseraError, MemoryError):
+    """A request too large for the host running the reference (an eager result bigger than
+    its working-memory limit), refused before anything is allocated."""
 
 
 class MemoryWarning(UserWarning):

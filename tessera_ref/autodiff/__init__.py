@@ -13,7 +13,8 @@ This module object is itself the decorator: ``from tessera import autodiff`` the
 import sys
 import types
 
-from . import effects, pytree
+from ..frontend import pytree
+from . import effects
 from .plan import communication_plan
 from .transforms import AutodiffFunction, Transformed, autodiff as _decorator, grad, jvp, value_and_grad, vjp
 

@@ -21,7 +21,7 @@ from ..ops.elementwise import mul
 from ..ops.values import Tracer, asarray, current_trace, is_weak_scalar
 from . import effects
 from .forward import tangents as forward_tangents
-from .pytree import flatten
+from ..frontend.pytree import flatten
 from .reverse import backward, check_effects, differentiable, zeros_of
 from .tracing import in_trace, is_dist, is_static, ops_after, record, run, prepare
 
@@ -282,6 +282,12 @@ class _ArgsTransform(Transformed):
         return self.run(_promote(args, nums))
 
 
+def _require_callable(fn, transform: str) -> None:
+    if not callable(fn):
+        raise AutodiffError(f"{transform} differentiates a function, got {fn!r} ({type(fn).__name__})",
+                            fix=f"pass the function itself: tr.{transform}(loss_fn)(x), not a value")
+
+
 def _fn_location(fn) -> str | None:
     code = getattr(fn, "__code__", None)
     return f"{code.co_filename}:{code.co_firstlineno}" if code else user_location()
@@ -295,11 +301,13 @@ def grad(fn, argnums=0, *, jit: bool = False) -> Transformed:
     """``tessera.grad(loss_fn)(W)``: the gradient of a function returning one real scalar, with
     respect to argument ``argnums`` (an int: that argument's gradient; a tuple: a tuple of them).
     Each gradient has its argument's pytree structure, shapes, policies and layouts (AD-1)."""
+    _require_callable(fn, "grad")
     return _ArgsTransform(_name("grad", fn), fn, argnums, False, jit)
 
 
 def value_and_grad(fn, argnums=0, *, jit: bool = False) -> Transformed:
     """Like :func:`grad`, returning ``(value, gradient)`` from one program."""
+    _require_callable(fn, "value_and_grad")
     return _ArgsTransform(_name("value_and_grad", fn), fn, argnums, True, jit)
 
 
@@ -308,6 +316,7 @@ def vjp(fn, *primals, argnums=None):
     ``Jᵀ·cotangent`` for each argument in ``argnums`` (default: all). The cotangent has the
     output's structure, shapes and policies (AD-1). Outside a trace the pullback runs one
     program that recomputes the forward ops; inside one it reuses them."""
+    _require_callable(fn, "vjp")
     nums = _argnums(tuple(range(len(primals))) if argnums is None else argnums, len(primals), "vjp")
     primals = _promote(primals, nums)
     body = _vjp_body(fn, nums)
@@ -351,6 +360,7 @@ def jvp(fn, primals, tangents):
     """``(out, tangent_out)``: ``fn(*primals)`` and its directional derivative along ``tangents``
     (one per primal leaf, same structure, shapes and policies), by forward mode (AD-FWD-1).
     ``primals`` and ``tangents`` are tuples (or lists): one entry per argument of ``fn``."""
+    _require_callable(fn, "jvp")
     for what, value in (("primals", primals), ("tangents", tangents)):
         if not isinstance(value, (tuple, list)):
             raise AutodiffError(f"jvp: {what} is a {type(value).__name__}, not a tuple of the function's arguments",

@@ -3,6 +3,8 @@ parser) and ``run(args)`` (its exit status)."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
 from .. import __version__
 from . import backends, conformance, cuda, demo, formats, ops, run, sim
@@ -33,4 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
-    return args.handler(args)
+    try:
+        status = args.handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except BrokenPipeError:  # `tessera-ref ops | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..demo import main
+from .script import output_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -11,10 +13,15 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add ``demo`` to the ``tessera-ref`` subparsers ``sub``; returns its parser."""
     p = sub.add_parser("demo", help="the main job: a tensor-parallel block on a simulated 72-GPU GB200 NVL72")
-    p.add_argument("--trace", metavar="OUT.json", help="write the simulated timeline as a Chrome trace")
+    p.add_argument("--trace", metavar="OUT.json",
+                   help="also write the simulated timeline as a Chrome trace (open it in ui.perfetto.dev)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run :func:`tessera_ref.demo.main` (``--trace``: also write its Chrome trace)."""
+    """Run :func:`tessera_ref.demo.main` (``--trace``: also write its Chrome trace, checked first)."""
+    problem = args.trace and output_problem(args.trace)
+    if problem:
+        print(f"tessera-ref demo: {problem}", file=sys.stderr)
+        return 2
     return main(args.trace)

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     print("  ".join(h.ljust(w) for h, w in zip(headers, widths)))
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
-    gaps = sum(1 for p in PRIMITIVES.values() if p.missing())
-    print(f"\n{len(PRIMITIVES)} ops; {gaps} with an empty rule slot ('-'); n/a: not differentiable; "
+    empty = {r: sum(1 for p in PRIMITIVES.values() if r in p.missing()) for r in RULES}
+    empty = ", ".join(f"{r} of {n} ops" for r, n in empty.items() if n) or "none"
+    print(f"\n{len(PRIMITIVES)} ops. Empty rule slots ('-'): {empty}. n/a: not differentiable; "
           "kernel_family '-': no tile lowering (the op runs at the Graph level). Spec: docs/spec/graph_ir.md.")
     return 0

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
+from ..errors import TesseraError
 from ..runner import run_path
+from .script import add_traceback_option, report_error, script_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -11,12 +14,21 @@ __all__ = ["add_parser", "run"]
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add ``run`` to the ``tessera-ref`` subparsers ``sub``; returns its parser."""
     p = sub.add_parser("run", help="run a Python file in which `import tessera` means tessera_ref")
+    add_traceback_option(p)
     p.add_argument("file", help="the Python file to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the file (sys.argv[1:])")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``args.file`` with ``args.args`` as its ``sys.argv[1:]``."""
-    run_path(args.file, args.args)
+    """Run ``args.file`` with ``args.args`` as its ``sys.argv[1:]``: status 0, 1 when it raised a
+    Tessera error (one line; ``--traceback``: the traceback too), 2 when it cannot be run."""
+    problem = script_problem(args.file)
+    if problem:
+        print(f"tessera-ref run: {problem}", file=sys.stderr)
+        return 2
+    try:
+        run_path(args.file, args.args)
+    except TesseraError as error:
+        return report_error(error, args.traceback)
     return 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import SimError, TesseraError
+from ..errors import SimError
 from ..runner import run_path
 from ..sim import Machine, last_used, preset_card, presets_table, use
+from .script import add_traceback_option, output_problem, report_error, script_problem
 
 __all__ = ["add_parser", "run"]
 
@@ -26,6 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--preset", help=f"the hardware preset (default {DEFAULT_PRESET}); see --presets")
     p.add_argument("--devices", type=int, help="number of devices (default: one NVLink domain of the preset)")
     p.add_argument("--trace", metavar="OUT.json", help="write the timeline as a Chrome trace (open in ui.perfetto.dev)")
+    add_traceback_option(p)
     return p
 
 
@@ -46,11 +48,15 @@ def run(args: argparse.Namespace) -> int:
     except SimError as e:
         print(f"tessera-ref sim: {e.what}. Fix: {e.fix}", file=sys.stderr)
         return 2
+    problem = script_problem(args.file) or (args.trace and output_problem(args.trace))
+    if problem:
+        print(f"tessera-ref sim: {problem}", file=sys.stderr)
+        return 2
     status, error, namespace = 0, None, None
     with use(machine):
         try:
             namespace = run_path(args.file)  # kept until the report: "HBM live" = what the script holds at its end
-        except TesseraError as e:
+        except Exception as e:  # noqa: BLE001 - the report still prints; the error follows it
             status, error = 1, e
     machines = [m for m in dict.fromkeys([machine, last_used()]) if m is not None and _recorded(m)] or [machine]
     for m in machines:
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         machines[-1].save_trace(args.trace)
         print(f"\ntrace of {machines[-1]!r} written to {args.trace} (open it in https://ui.perfetto.dev)")
     if error is not None:
-        print(f"\nerror: {type(error).__name__}: {error}", file=sys.stderr)
+        print(file=sys.stderr)
+        report_error(error, args.traceback)
     del namespace
     return status

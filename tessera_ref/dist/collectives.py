@@ -319,7 +319,8 @@ def broadcast(x, axis, root: int = 0) -> DistTensor:
     (axis,) = _axes(x, axis, "broadcast")
     p = x.mesh.axis_size(axis)
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < p:
-        raise CollectiveError(f"broadcast root={root!r} is not a rank of axis {axis!r} (0..{p - 1})")
+        raise CollectiveError(f"broadcast root={root!r} is not a rank of axis {axis!r} (0..{p - 1})",
+                              fix=f"pick a root between 0 and {p - 1}, the ranks of axis {axis!r}")
     lay = x.layout
     if axis not in lay.varying_axes:
         return x

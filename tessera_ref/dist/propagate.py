@@ -33,7 +33,7 @@ from ..ops.values import Array, Tracer, asarray, current_trace, is_weak_scalar
 from .. import context
 from . import events
 from .redistribute import redistribute
-from .tensor import DistTensor, local_shape, stack_shape
+from .tensor import DistTensor, local_shape, require_memory, stack_shape
 
 __all__ = ["apply"]
 
@@ -180,6 +180,7 @@ def apply(prim, operands, attrs, location):
     layouts = plan_results(plan, out_types)
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
         attrs = plan.local_attrs(attrs, _local_types(moved))
+    require_memory([t.with_layout(lay) for t, lay in zip(out_types, layouts)], mesh, location)
     _record_compute(prim, attrs, moved, out_types, layouts, location)
     locals_ = _run_local(prim, attrs, moved, out_types, plan, location)
     results = []

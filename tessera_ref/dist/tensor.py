@@ -109,8 +109,7 @@ class DistTensor(TensorOperators):
     @property
     def nbytes_per_device(self) -> int:
         """Bytes one device holds (packed size of its block; equal on every device)."""
-        return packed_nbytes(math.prod(self.local_shape), self.format) if self.type.element_kind is None \
-            else math.prod(self.local_shape) * self.type.element_kind.bits // 8
+        return bytes_per_device(self.type, self.mesh)
 
     @property
     def nbytes(self) -> int:
@@ -319,6 +318,27 @@ def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = No
 
 # ---------------------------------------------------------------------------------------------
 # memory accounting on the simulated machine
+
+def bytes_per_device(t: TensorType, mesh: Mesh) -> int:
+    """Bytes one device holds of a tensor of type ``t`` (with its layout) on ``mesh``."""
+    n = math.prod(local_shape(t.shape, t.layout, mesh))
+    return packed_nbytes(n, t.format) if t.element_kind is None else n * t.element_kind.bits // 8
+
+
+def require_memory(types, mesh: Mesh, location: str | None) -> None:
+    """Before computing results of ``types`` on ``mesh``: the simulated out-of-memory error
+    their allocation would raise on the active machine (if any), so it comes before any host
+    memory is used (SIM-MEM-3)."""
+    machine = sim.current()
+    if machine is None:
+        return
+    devices = [dev for dev in mesh.devices if dev in machine.device_names]
+    if not devices:
+        return
+    fullest = max(devices, key=machine.memory.live)
+    machine.memory.require(fullest, sum(bytes_per_device(t, mesh) for t in types),
+                           " and ".join(str(t) for t in types), location)
+
 
 def _account(t: DistTensor) -> None:
     """Register the tensor's per-device bytes with the active simulated machine (if any) and

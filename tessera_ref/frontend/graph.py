@@ -32,6 +32,7 @@ from ..ir.levels import LEVELS
 from ..ops.rewrites import optimize
 from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
+from .pytree import flatten
 
 __all__ = ["GraphFunction", "module", "jit", "TracedModule"]
 
@@ -69,9 +70,12 @@ class GraphFunction:
 
     # -- signatures -----------------------------------------------------------------------
     def _signature(self, args):
-        mesh = next((x.mesh for x in args if _is_dist(x)), None)
-        key, tensors = [], []
-        for i, x in enumerate(args):
+        """The cache key of ``args`` (their pytree structure, each leaf's type or static value)
+        and per leaf its tensor (``None`` for a static leaf)."""
+        leaves, tree = flatten(args)
+        mesh = next((x.mesh for x in leaves if _is_dist(x)), None)
+        key, tensors = [tree], []
+        for i, x in enumerate(leaves):
             if isinstance(x, Tracer):
                 raise TraceError("a traced value reached a cached call", fix="report this as a bug")
             if _is_dist(x):
@@ -85,8 +89,10 @@ class GraphFunction:
             try:
                 array = asarray(x)
             except Exception as exc:
-                raise OpError(f"argument {i} of {self.name!r} is a {type(x).__name__}, which is neither a "
-                              f"tensor nor a static Python value", fix="pass arrays, scalars or strings") from exc
+                raise OpError(f"argument leaf {i} of {self.name!r} is a {type(x).__name__}, which is neither a "
+                              f"tensor nor a static Python value",
+                              fix="pass arrays, scalars, strings, or tuples/lists/dicts/NamedTuples/dataclasses "
+                                  "of them") from exc
             if mesh is not None:  # next to distributed arguments, data is replicated on their mesh
                 array = tensor(array.shape, None, mesh, array.type.policy, data=array.data)
                 key.append(("dist", array.type, mesh))
@@ -113,7 +119,8 @@ class GraphFunction:
         trace = Trace(self.name, location=f"{code.co_filename}:{code.co_firstlineno}" if code else user_location())
         params = trace.arguments([t.type for t in tensors if t is not None])
         it = iter(params)
-        call_args = [next(it) if t is not None else x for x, t in zip(args, tensors)]
+        leaves, tree = flatten(args)
+        call_args = tree.unflatten(next(it) if t is not None else x for x, t in zip(leaves, tensors))
         mesh = next((t.mesh for t in tensors if _is_dist(t)), None)
         with trace, planning_on(mesh):
             out = self.fn(*call_args)
@@ -131,7 +138,7 @@ class GraphFunction:
 
     # -- calling --------------------------------------------------------------------------
     def __call__(self, *args):
-        if current_trace() is not None or any(isinstance(x, Tracer) for x in args):
+        if current_trace() is not None or any(isinstance(x, Tracer) for x in flatten(args)[0]):
             return self.fn(*args)  # inlined into the caller's trace
         key, tensors = self._signature(args)
         entry = self._traced(key, args, tensors)

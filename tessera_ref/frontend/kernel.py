@@ -808,6 +808,13 @@ class _KernelDecorator:
             return AutotunedKernel(Kernel(fndef, filename, offset, found), space)
         return wrap
 
+    def inspect_ir(self, level: str = "tile"):
+        """Refused with a pointer: the IR belongs to a kernel, not to the decorator (seed 004
+        §2.9 writes ``kernel.inspect_ir`` for a kernel *named* ``kernel``)."""
+        raise KernelError(f"kernel.inspect_ir({level!r}) was called on the @kernel decorator itself, which has "
+                          "no IR", fix=f"call it on a kernel you defined: @kernel def my_kernel(...): ...; then "
+                          f"my_kernel.inspect_ir({level!r})")
+
     def from_source(self, text: str, *, name: str | None = None, filename: str = "<tessera>",
                     constants: dict | None = None):
         """The kernel defined in Tessera DSL ``text`` (seed 004's syntax; Python kernels parse too).
@@ -827,8 +834,11 @@ class _KernelDecorator:
             found = [n for n in found if n.name == name]
         if len(found) != 1:
             names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            kernels = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and _decorators(n)]
+            fix = ("write a kernel: a def decorated with @kernel (see docs/spec/tiles.md)" if not kernels else
+                   f"pass name= one of {kernels}" if len(found) > 1 or name is not None else None)
             raise KernelError(f"the source holds {len(found)} @kernel function(s) matching {name!r} (functions: {names})",
-                              location=f"{filename}:1", fix="pass name= to pick one")
+                              location=f"{filename}:1", fix=fix)
         fndef = found[0]
         constants = dict(constants or {})
         kind, space_node = _decorators(fndef)[0]

@@ -6,9 +6,9 @@ An attribute is one of these Python values (nested freely inside arrays and dict
     ----------------------  ------------------------------------------------------------
     bool                    true | false
     int                     decimal, optionally negative: 42, -7
-    float                   repr(): 1.5, -0.0, 1e+300, 5e-324; inf, -inf; nan is the
-                            canonical quiet NaN 0x7ff8000000000000, any other NaN is
-                            nan(0x<16 hex digits of its IEEE-754 binary64 bits>)
+    float                   repr() with a "." before any exponent: 1.5, -0.0, 1.0e+300,
+                            5.0e-324; inf, -inf and NaNs as their IEEE-754 binary64 bits in
+                            MLIR's hexadecimal form: 0x7FF0000000000000 : f64
     str                     "...": printable ASCII as is, except \\\\ for a backslash
                             and \\" for a quote; \\n and \\t for newline and tab; any
                             other character as \\XX per byte of its UTF-8 encoding
@@ -22,8 +22,11 @@ An attribute is one of these Python values (nested freely inside arrays and dict
     SymbolRef               @name, or @"any text" when name is not [A-Za-z_][A-Za-z0-9_$.]*
 
 Floats are binary64 and round-trip bit for bit: ``repr`` of a finite float is the shortest
-text that reads back to the same bits (it always contains ``.`` or ``e``, so a float never
-prints like an int), and NaN payloads and signs are kept in the hexadecimal form.
+text that reads back to the same bits (with ``.0`` added before a bare exponent, as MLIR's
+float literals need a ``.``), and NaN payloads and signs are kept in the hexadecimal form.
+The text is valid MLIR (an untyped float literal is an f64 attribute). The parser also reads
+``inf``, ``-inf``, ``nan`` and ``nan(0x<16 hex digits>)``, and refuses a decimal literal
+outside binary64's range (one that would become inf, or 0 while its digits are not 0).
 
 Equality of attributes is :func:`attr_key` equality: floats compare by their bits (so
 ``nan`` equals itself and ``-0.0`` differs from ``0.0``), lists equal tuples.
@@ -39,7 +42,7 @@ import numpy as np
 
 from ..errors import TesseraError
 from ..numerics import Format, get_format
-from .errors import IRError
+from .errors import MAX_NESTING, IRError, too_deep
 from .types import ELEMENT_KINDS, ElementKind, Type
 
 __all__ = ["DenseAttr", "SymbolRef", "attr_key", "unsupported_attribute", "float_bits", "format_float",
@@ -61,12 +64,13 @@ def float_bits(value: float) -> int:
 
 def format_float(value: float) -> str:
     """Exact text of a float attribute (see the module docstring)."""
-    if value != value:
-        bits = float_bits(value)
-        return "nan" if bits == CANONICAL_NAN_BITS else f"nan(0x{bits:016x})"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return repr(float(value))
+    if value != value or math.isinf(value):
+        return f"0x{float_bits(value):016X} : f64"
+    text = repr(float(value))
+    if "." not in text:  # 1e-05 -> 1.0e-05
+        mantissa, exponent = text.split("e")
+        text = f"{mantissa}.0e{exponent}"
+    return text
 
 
 def quote_string(text: str) -> str:
@@ -181,23 +185,26 @@ def unsupported_attribute(value) -> IRError:
                        "(convert NumPy scalars with int() or float())")
 
 
-def attr_key(value):
+def attr_key(value, _depth: int = 0):
     """A hashable key such that two attributes are equal iff their keys are equal.
 
-    Raises :class:`~tessera_ref.ir.errors.IRError` for a value that is not an attribute.
+    Raises :class:`~tessera_ref.ir.errors.IRError` for a value that is not an attribute, or
+    arrays and dicts nested more than :data:`~tessera_ref.ir.errors.MAX_NESTING` deep.
     """
+    if _depth >= MAX_NESTING:
+        raise IRError(too_deep("attribute arrays and dicts are"), fix="store flatter attributes")
     kind = type(value)
     if kind is bool or kind is int or kind is str:
         return (kind.__name__, value)
     if isinstance(value, float):
         return ("float", float_bits(value))
     if isinstance(value, (tuple, list)):
-        return ("array", tuple(attr_key(v) for v in value))
+        return ("array", tuple(attr_key(v, _depth + 1) for v in value))
     if isinstance(value, dict):
         for k in value:
             if not isinstance(k, str):
                 raise IRError(f"a dict attribute needs str keys, got {k!r}", fix="use str keys")
-        return ("dict", tuple(sorted((k, attr_key(v)) for k, v in value.items())))
+        return ("dict", tuple(sorted((k, attr_key(v, _depth + 1)) for k, v in value.items())))
     if isinstance(value, (Type, DenseAttr, SymbolRef)):
         return value
     raise unsupported_attribute(value)

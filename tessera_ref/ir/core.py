@@ -22,10 +22,11 @@ value, so adding and dropping a use are O(1).
 """
 from __future__ import annotations
 
-from .errors import IRError, VerifyError
+from .errors import MAX_NESTING, IRError, VerifyError, too_deep
 from .types import Type
 
-__all__ = ["Value", "OpResult", "BlockArgument", "Operation", "Block", "Region", "Module", "MODULE"]
+__all__ = ["Value", "OpResult", "BlockArgument", "Operation", "Block", "Region", "Module", "MODULE",
+           "check_nesting"]
 
 #: Name of the module op.
 MODULE = "tessera.module"
@@ -262,7 +263,10 @@ class Operation:
     def clone(self, mapping: dict | None = None) -> "Operation":
         """A detached deep copy. Operands found in ``mapping`` are replaced by their image;
         ``mapping`` is extended with old results and block arguments -> new ones."""
-        mapping = {} if mapping is None else mapping
+        check_nesting(self)
+        return self._clone({} if mapping is None else mapping)
+
+    def _clone(self, mapping: dict) -> "Operation":
         regions = [region._clone(mapping) for region in self.regions]
         new = Operation.__new__(type(self))
         Operation.__init__(new, self.name, [mapping.get(v, v) for v in self.operands],
@@ -386,7 +390,7 @@ class Block:
             arg.name = old.name
             mapping[old] = arg
         for op in self:
-            new.append(op.clone(mapping))
+            new.append(op._clone(mapping))
         return new
 
 
@@ -445,3 +449,17 @@ class Module(Operation):
             if op.attributes.get("sym_name") == sym_name:
                 return op
         return None
+
+
+def check_nesting(op: Operation) -> None:
+    """Raise :class:`IRError` when regions nest more than :data:`MAX_NESTING` deep in ``op``
+    (found without recursion, so any depth is reported rather than overflowing the stack)."""
+    stack = [(op, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if current.regions and depth >= MAX_NESTING:
+            raise IRError(too_deep(f"regions of '{current.name}' (at {current.location or 'unknown location'}) are"),
+                          fix="flatten the program: move deep bodies into functions of their own")
+        for region in current.regions:
+            for block in region.blocks:
+                stack.extend((nested, depth + 1) for nested in block)

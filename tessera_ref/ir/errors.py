@@ -12,7 +12,17 @@ from __future__ import annotations
 
 from ..errors import TesseraError
 
-__all__ = ["IRError", "IRParseError", "VerifyError", "RewriteError"]
+__all__ = ["IRError", "IRParseError", "VerifyError", "RewriteError", "MAX_NESTING", "too_deep"]
+
+#: The deepest nesting the IR takes, of regions inside ops and of arrays, dicts and function
+#: types inside attributes: the parser, the printer, the verifier and ``clone`` refuse deeper
+#: IR with the same limit (their recursion then stays far from Python's stack limit).
+MAX_NESTING = 100
+
+
+def too_deep(what: str) -> str:
+    """The message for IR nested deeper than :data:`MAX_NESTING` (``what``: regions, attributes)."""
+    return f"{what} nested more than {MAX_NESTING} levels deep (the IR's nesting limit)"
 
 
 class IRError(TesseraError):

@@ -19,6 +19,7 @@ the line with a caret, and a hint. Non-numeric value names (``%q``) become the v
 """
 from __future__ import annotations
 
+import math
 import re
 import struct
 
@@ -26,14 +27,14 @@ from ..errors import TesseraError
 from ..numerics import ALIASES, FORMATS, Policy
 from .attributes import BARE_NAME_RE, CANONICAL_NAN_BITS, DenseAttr, SymbolRef
 from .core import MODULE, Block, Module, Operation, Region
-from .errors import IRError, IRParseError
+from .errors import MAX_NESTING, IRError, IRParseError, too_deep
 from .registry import op_info
 from .layout import ShardLayout
 from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
 
-_WS = re.compile(r"(?:\s+|//[^\n]*)*")
+_SPACE = re.compile(r"\s*")
 _WS_START = " \t\n\r\f\v/"  # (and "" at the end of the text)
 _TOKEN = re.compile(r"\S{1,20}")
 _VALUE = re.compile(r"%([0-9]+|[A-Za-z_$.][A-Za-z0-9_$.]*)")
@@ -47,6 +48,7 @@ _TENSOR = re.compile(r"tensor<[^<>]*(?:<[^<>]*>[^<>]*)*>")
 _SIMPLE_DICT = re.compile(r'\{[^{}"]*\}')
 _PLAIN_STRING = re.compile(r'"([^"\\\n]*)"')
 _HEX = re.compile(r"[0-9A-Fa-f]{2}")
+_HEX_FLOAT = re.compile(r"0x([0-9A-Fa-f]{16})\b")
 _NAN_PAYLOAD = re.compile(r"\(0x([0-9A-Fa-f]{16})\)")
 _ESCAPES = {"\\": b"\\", '"': b'"', "n": b"\n", "t": b"\t"}
 _INDEX = IndexType()
@@ -92,6 +94,23 @@ def _parse_whole(text: str, source: str, what: str):
     return value
 
 
+def _nested(kind: str):
+    """Count the nesting of ``kind`` around a parse method; deeper than MAX_NESTING is an error."""
+    def wrap(method):
+        def nested(self, *args):
+            depth = self.depth
+            depth[kind] += 1
+            try:
+                if depth[kind] > MAX_NESTING:
+                    raise self.error(too_deep(f"{kind} are"), fix="flatten the text (the IR's nesting limit)")
+                return method(self, *args)
+            finally:
+                depth[kind] -= 1
+        nested.__doc__ = method.__doc__
+        return nested
+    return wrap
+
+
 class _Parser:
     """Recursive descent over the raw text; ``pos`` is the current offset."""
 
@@ -105,6 +124,7 @@ class _Parser:
         self.types: dict = {}
         self.signatures: dict = {}
         self.attr_dicts: dict = {}
+        self.depth = {"regions": 0, "attributes": 0}  # current nesting (MAX_NESTING bounds both)
 
     # -- diagnostics ------------------------------------------------------------------
     def line_column(self, pos: int) -> tuple[int, int]:
@@ -135,16 +155,23 @@ class _Parser:
 
     # -- tokens -----------------------------------------------------------------------
     def ws(self) -> None:
-        if self.text[self.pos:self.pos + 1] in _WS_START:
-            self.pos = _WS.match(self.text, self.pos).end()
+        """Skip whitespace and ``//`` comments (a loop, not one repeated regex group, whose
+        backtracking state would grow with the number of comment lines)."""
+        text = self.text
+        if text[self.pos:self.pos + 1] not in _WS_START:
+            return
+        pos = _SPACE.match(text, self.pos).end()
+        while text.startswith("//", pos):
+            end = text.find("\n", pos)
+            pos = len(text) if end < 0 else _SPACE.match(text, end).end()
+        self.pos = pos
 
     def peek(self) -> str:
         return self.text[self.pos:self.pos + 1]
 
     def accept(self, literal: str) -> bool:
         text = self.text
-        if text[self.pos:self.pos + 1] in _WS_START:
-            self.pos = _WS.match(text, self.pos).end()
+        self.ws()
         if text.startswith(literal, self.pos):
             self.pos += len(literal)
             return True
@@ -307,6 +334,7 @@ class _Parser:
             self.define(result_name, value, pos)
         return op
 
+    @_nested("regions")
     def region(self, isolated: str | None) -> Region:
         self.expect("{", "to open a region")
         open_pos = self.pos - 1
@@ -359,6 +387,11 @@ class _Parser:
         if self.accept(":"):
             self.ws()
             text += ":" + self.match(_DIGITS, "a line number").group()
+            if self.accept(":"):
+                self.ws()
+                column = self.match(_DIGITS, "a column number").group()
+                if column != "0":  # column 0 is MLIR's "unknown column"
+                    text += ":" + column
         self.expect(")", "to close the location")
         return text
 
@@ -405,6 +438,7 @@ class _Parser:
         self.expect(")", "to close the type list")
         return types
 
+    @_nested("attributes")
     def type(self):
         self.ws()
         text, start = self.text, self.pos
@@ -619,6 +653,7 @@ class _Parser:
         self.expect("}", "to close the attribute dictionary")
         return entries
 
+    @_nested("attributes")
     def attribute(self):
         self.ws()
         text, start = self.text, self.pos
@@ -645,6 +680,8 @@ class _Parser:
             return SymbolRef(self.match(BARE_NAME_RE, "a symbol name after '@'").group())
         if c == "(":
             return self.type()
+        if text.startswith("0x", start):
+            return self.hex_float()
         if c == "-" or c.isdigit():
             if text.startswith("-inf", start):
                 self.pos += 4
@@ -653,9 +690,15 @@ class _Parser:
             try:
                 if number.group(1) is None and number.group(2) is None:
                     return int(number.group())
-                return float(number.group())
+                value = float(number.group())
             except ValueError:
                 raise self.error(f"number {number.group()[:20]}... has too many digits", start) from None
+            digits = number.group()[:number.start(2) - number.start() if number.group(2) else None]
+            if math.isinf(value) or (value == 0 and digits.strip("-0.")):
+                raise self.error(f"float {number.group()[:30]} is outside the binary64 range (it would read as "
+                                 f"{value})", start, fix="write a value between 5.0e-324 and 1.7976931348623157e+308 "
+                                 "in magnitude, or inf as 0x7FF0000000000000 : f64")
+            return value
         word = _IDENT.match(text, start)
         if word is None:
             raise self.error(f"expected an attribute value, found {self.found()}",
@@ -674,6 +717,18 @@ class _Parser:
             self.pos += 6
             return self.dense(start)
         return self.type()
+
+    def hex_float(self) -> float:
+        """``0x<16 hex digits> : f64``: a float given by its binary64 bits (MLIR's form)."""
+        start = self.pos
+        digits = self.match(_HEX_FLOAT, "16 hex digits after 0x (the binary64 bits of a float)").group(1)
+        self.expect(":", "and the float type after a hexadecimal float")
+        self.ws()
+        if not self.text.startswith("f64", self.pos):
+            raise self.error(f"expected f64 after the hexadecimal float at column {start + 1}, found {self.found()}",
+                             fix="hexadecimal floats are binary64 bits: write 0x7FF0000000000000 : f64")
+        self.pos += 3
+        return struct.unpack("<d", struct.pack("<Q", int(digits, 16)))[0]
 
     def nan(self) -> float:
         payload = _NAN_PAYLOAD.match(self.text, self.pos)

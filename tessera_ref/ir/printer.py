@@ -12,12 +12,12 @@ Grammar (types in :mod:`tessera_ref.ir.types`, attributes in
     label      ::= "^" [A-Za-z0-9_$.]+ ("(" value ":" type ("," value ":" type)* ")")? ":"
     attr-dict  ::= "{" (key "=" attribute ("," key "=" attribute)*)? "}"
     key        ::= [A-Za-z_][A-Za-z0-9_$.]* | string
-    location   ::= "loc(" string (":" [0-9]+)? ")"
+    location   ::= "loc(" string (":" [0-9]+ (":" [0-9]+)?)? ")"
 
 For example::
 
     %0 = "tessera.graph.matmul"(%a, %b) {tile_shape = [128, 128, 64]}
-         : (tensor<128x64xbf16>, tensor<64x32xbf16>) -> tensor<128x32xbf16> loc("model.py":12)
+         : (tensor<128x64xbf16>, tensor<64x32xbf16>) -> tensor<128x32xbf16> loc("model.py":12:0)
 
 (one line in the text; broken here to fit).
 
@@ -31,8 +31,10 @@ writes one canonical text, so print -> parse -> print is byte-identical:
   ``^bb0``, ``^bb1``, ... per region; the entry block's label is left out when the block has
   no arguments and at least one op;
 - attributes are sorted by key; an empty attribute dict is left out;
-- a location ``"file:line"`` (ending in ``:`` and digits) prints as ``loc("file":line)``,
-  any other location string as ``loc("text")``; an op without a location prints none;
+- a location ``"file:line"`` (ending in ``:`` and digits) prints as ``loc("file":line:0)``
+  (MLIR's file-line-column form; column 0 is "unknown"), any other location string as
+  ``loc("text")``; an op without a location prints none. The parser reads a nonzero column
+  back into the location (``"file:line:col"``);
 - SSA names: a value whose ``name`` hint matches ``[A-Za-z_$.][A-Za-z0-9_$.]*`` prints as
   ``%hint``, or ``%hint_1``, ``%hint_2``, ... when that name is already taken; every other
   value gets the next number (``%0``, ``%1``, ... in text order). Names are unique within
@@ -44,8 +46,8 @@ from __future__ import annotations
 import re
 
 from .attributes import BARE_NAME_RE, DenseAttr, SymbolRef, format_float, quote_string, unsupported_attribute
-from .core import Operation
-from .errors import IRError
+from .core import Operation, check_nesting
+from .errors import MAX_NESTING, IRError, too_deep
 from .registry import op_info
 from .types import Type, format_signature
 
@@ -59,14 +61,17 @@ _LOCATION_RE = re.compile(r"(.*):([0-9]+)", re.DOTALL)
 
 def print_op(op: Operation) -> str:
     """The text of ``op`` (and everything nested in it)."""
+    check_nesting(op)
     printer = _Printer()
     printer.op(op, "")
     text = "".join(printer.out)
     return text[:-1]
 
 
-def format_attribute(value) -> str:
+def format_attribute(value, _depth: int = 0) -> str:
     """The text of an attribute value (see :mod:`tessera_ref.ir.attributes`)."""
+    if _depth >= MAX_NESTING:
+        raise IRError(too_deep("attribute arrays and dicts are"), fix="store flatter attributes")
     kind = type(value)
     if kind is bool:
         return "true" if value else "false"
@@ -77,29 +82,29 @@ def format_attribute(value) -> str:
     if isinstance(value, float):
         return format_float(value)
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join([format_attribute(v) for v in value]) + "]"
+        return "[" + ", ".join([format_attribute(v, _depth + 1) for v in value]) + "]"
     if isinstance(value, dict):
-        return "{" + _format_entries(value) + "}"
+        return "{" + _format_entries(value, _depth + 1) + "}"
     if isinstance(value, (Type, DenseAttr, SymbolRef)):
         return str(value)
     raise unsupported_attribute(value)
 
 
-def _format_entries(attributes: dict) -> str:
+def _format_entries(attributes: dict, _depth: int = 0) -> str:
     for key in attributes:
         if type(key) is not str:
             raise IRError(f"attribute keys are str, got {key!r}", fix="use str keys")
     return ", ".join([
-        f"{key if BARE_NAME_RE.fullmatch(key) else quote_string(key)} = {format_attribute(attributes[key])}"
+        f"{key if BARE_NAME_RE.fullmatch(key) else quote_string(key)} = {format_attribute(attributes[key], _depth)}"
         for key in sorted(attributes)
     ])
 
 
 def format_location(location: str) -> str:
-    """``loc("file":line)`` for ``"file:line"``, else ``loc("text")``."""
+    """``loc("file":line:0)`` for ``"file:line"``, else ``loc("text")``."""
     match = _LOCATION_RE.fullmatch(location)
     if match:
-        return f"loc({quote_string(match.group(1))}:{match.group(2)})"
+        return f"loc({quote_string(match.group(1))}:{match.group(2)}:0)"
     return f"loc({quote_string(location)})"
 
 

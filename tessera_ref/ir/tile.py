@@ -136,7 +136,9 @@ def _attr(op, name, kinds, allowed=None):
         raise op.emit_error(f"attribute {name!r} is {value!r}, not one of {list(allowed)}")
 
 
-def _static_tensor(op, value: Value, what: str) -> TensorType:
+def _static_tensor(op, value: Value | None, what: str) -> TensorType:
+    if value is None:
+        raise op.emit_error(f"needs {what} as its first operand, has no operands")
     t = value.type
     if not isinstance(t, TensorType) or t.rank == 0:
         raise op.emit_error(f"{what} must be a buffer, view or fragment (a tensor), is {t}")
@@ -177,7 +179,7 @@ def _verify_shfl(op):
 
 
 def _verify_memory(op, value_operands: int):
-    buf = _static_tensor(op, op.operands[0], "the buffer")
+    buf = _static_tensor(op, op.operands[0] if op.operands else None, "the buffer")
     if len(op.operands) != 1 + buf.rank + value_operands:
         raise op.emit_error(f"needs the buffer, {buf.rank} index operand(s)"
                             f"{' and the value' if value_operands else ''}; has {len(op.operands)} operand(s)")
@@ -195,10 +197,10 @@ def _verify_alloc(op):
 
 
 def _verify_subview(op):
-    base = _static_tensor(op, op.operands[0], "the viewed buffer")
+    base = _static_tensor(op, op.operands[0] if op.operands else None, "the viewed buffer")
     if len(op.operands) != 1 + base.rank:
         raise op.emit_error(f"needs one offset per dimension of {base} ({base.rank}), has {len(op.operands) - 1}")
-    view = op.results[0].type
+    view = op.results[0].type if len(op.results) == 1 else None
     if not isinstance(view, TensorType) or not view.is_static or view.rank > base.rank:
         raise op.emit_error(f"the view {view} must be a static tensor of rank <= {base.rank}")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import difflib
 
 from .attributes import attr_key
-from .core import BlockArgument, Operation
+from .core import BlockArgument, Operation, check_nesting
 from .errors import IRError, VerifyError
 from .registry import OPS, op_info, unknown_in_closed_dialect
 from .types import Type
@@ -35,6 +35,7 @@ def verify(op: Operation) -> None:
     """Verify ``op`` and all ops nested in it; raises :class:`VerifyError` on a problem."""
     if not isinstance(op, Operation):
         raise IRError(f"verify() takes an Operation (or Module), got {op!r}", fix="pass the module")
+    check_nesting(op)
     _Verifier().op(op, set())
 
 

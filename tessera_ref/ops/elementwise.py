@@ -61,6 +61,7 @@ _ARITH = {
     "maximum": partial(ieee_extreme, op="max"),
 }
 _FLOPS = {"fma": 2}
+_ARITY = {"neg": 1, "abs": 1, "fma": 3, "logical_not": 1}  # operands; the others take 2
 
 
 def _arith_impl(name: str):
@@ -165,7 +166,8 @@ def _define_arith(name: str):
     vjp, jvp = elementwise_rules(_ARITH_SCALES.get(name) or _arith_scales(name))
     return define(name, infer=arithmetic_infer(name), impl=_arith_impl(name), shard=_SHARD.get(name, elementwise_rule),
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
-                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR), vjp=vjp, jvp=jvp)
+                  spec="GRAPH-EW-1" if name != "fma" else "GRAPH-EW-2", attrs=dict(SEED_ATTR), vjp=vjp, jvp=jvp,
+                  arity=(_ARITY.get(name, 2),) * 2)
 
 
 ADD, SUB, MUL, DIV, FMA, NEG, ABS, MINIMUM, MAXIMUM = (_define_arith(n) for n in _ARITH)
@@ -331,7 +333,7 @@ def _logic_impl(name: str):
 
 LOGICAL_AND, LOGICAL_OR, LOGICAL_NOT = (
     define(n, infer=_logic_infer(n), impl=_logic_impl(n), cost=elementwise_cost, spec="GRAPH-EW-5",
-           shard=elementwise_rule,
+           shard=elementwise_rule, arity=(_ARITY.get(n, 2),) * 2,
            vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
     for n in _LOGIC)
 

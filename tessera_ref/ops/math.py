@@ -143,7 +143,8 @@ def _define(name: str):
     vjp, jvp = ew.elementwise_rules(_pow_scales if name == "pow" else _unary_scales(name))
     return define(name, infer=_infer(name), impl=_impl(name), shard=elementwise_rule,
                   cost=lambda call, n=_FLOPS.get(name, 1): elementwise_cost(call, n),
-                  spec=f"GRAPH-{name.upper()}-1", attrs=attrs, vjp=vjp, jvp=jvp)
+                  spec=f"GRAPH-{name.upper()}-1", attrs=attrs, vjp=vjp, jvp=jvp,
+                  arity=(2, 2) if name == "pow" else (1, 1))
 
 
 (EXP, EXPM1, LOG, SQRT, RSQRT, TANH, ERF, ERFC, GELU, SILU, SIGMOID, SIN, COS,

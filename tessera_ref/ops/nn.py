@@ -274,11 +274,11 @@ def _norm_jvp(center: bool):
 LAYERNORM_SAFE = define("layernorm_safe", infer=_norm_infer("layernorm_safe", ("weight", "bias")),
                         vjp=_norm_vjp(True), jvp=_norm_jvp(True),
                         impl=_layernorm_impl, cost=_norm_cost(7), spec="GRAPH-LAYERNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
-                        attrs=_norm_attrs(1e-5), canonicalize=_canonical_axis("layernorm_safe"))
+                        attrs=_norm_attrs(1e-5), canonicalize=_canonical_axis("layernorm_safe"), arity=(1, 3))
 RMSNORM_SAFE = define("rmsnorm_safe", infer=_norm_infer("rmsnorm_safe", ("weight",)),
                       vjp=_norm_vjp(False), jvp=_norm_jvp(False),
                       impl=_rmsnorm_impl, cost=_norm_cost(4), spec="GRAPH-RMSNORMSAFE-1", shard=keep_whole_rule(lambda attrs, x: (attrs["axis"],)),
-                      attrs=_norm_attrs(1e-6), canonicalize=_canonical_axis("rmsnorm_safe"))
+                      attrs=_norm_attrs(1e-6), canonicalize=_canonical_axis("rmsnorm_safe"), arity=(1, 2))
 
 
 def layernorm_safe(x, weight=None, bias=None, *, axis=-1, eps=1e-5, seed=None):

@@ -4,6 +4,8 @@ A :class:`Primitive` is one op of the Graph level (``"tessera.graph.<name>"``) a
 
 - ``attrs`` — the attribute schema: every attribute the op takes, its default, and a check
   of its value (an unknown or malformed attribute is an :class:`~tessera_ref.errors.OpError`);
+- ``arity`` — how many operands the op takes, ``(least, most)`` (``most`` is ``None`` for
+  any number); by default read off ``infer``'s positional parameters;
 - ``infer(attrs, *operand_types)`` — the result type(s) from the operand types and the
   attributes, raising :class:`~tessera_ref.errors.ShapeError` /
   :class:`~tessera_ref.errors.DTypeError` naming every type involved on a mismatch;
@@ -20,18 +22,25 @@ A :class:`Primitive` is one op of the Graph level (``"tessera.graph.<name>"``) a
 
 Defining a primitive registers its IR name with :func:`tessera_ref.ir.register_op`, with a
 verify hook that re-runs ``infer`` on the op's operand types and attributes and compares the
-result types — so a parsed module is checked by exactly the rules that built it.
+result types — so a parsed module is checked by exactly the rules that built it. Before it
+calls any rule, the hook checks the operand count against ``arity`` and that every operand
+is a tensor (Graph IR ops take tensors only), so an ill-formed op is a
+:class:`~tessera_ref.ir.VerifyError`, never an exception from inside a rule.
 """
 from __future__ import annotations
 
 import difflib
+import inspect
+import math
+import os
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
 
-from ..errors import OpError, TesseraError
+from ..errors import HostMemoryError, OpError, TesseraError
 from ..ir.registry import close_dialect, register_op
+from ..ir.types import TensorType
 
 __all__ = ["Primitive", "Attr", "Call", "Cost", "PRIMITIVES", "GRAPH_DIALECT", "NOT_DIFFERENTIABLE",
            "RULES", "define", "primitive", "primitive_of", "missing_rules", "REQUIRED"]
@@ -113,6 +122,7 @@ class Primitive:
     kernel_family: object = None  # set by the lowering's register_family (ops cannot import lowering)
     canonicalize: Callable | None = None
     layout_aware: bool = False
+    arity: tuple = (0, None)
 
     @property
     def ir_name(self) -> str:
@@ -167,7 +177,9 @@ class Primitive:
 
     def run(self, call: Call, *arrays) -> tuple:
         """``impl`` on ``arrays`` as a tuple of results, each checked against its type's dtype
-        and static shape (an impl bug, not a user error, trips this)."""
+        and static shape (an impl bug, not a user error, trips this). Results too large for the
+        host are refused first (:func:`check_host_memory`)."""
+        check_host_memory(self.name, call.out_types, call.location)
         out = self.impl(call, *arrays)
         out = out if isinstance(out, tuple) else (out,)
         for value, ty in zip(out, call.out_types):
@@ -183,8 +195,60 @@ class Primitive:
         return [rule for rule in RULES if getattr(self, rule) is None]
 
 
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not a POSIX host: no limit known
+        return None
+
+
+#: The host's physical memory in bytes (None where the platform does not say).
+HOST_MEMORY = _host_memory()
+
+
+def check_host_memory(name: str, out_types, location: str | None) -> None:
+    """Refuse computing results of ``out_types`` whose bytes exceed a quarter of the host's
+    memory (the exact kernels hold operands in wider formats: several times the result) with
+    a :class:`~tessera_ref.errors.HostMemoryError`, before anything is allocated."""
+    if HOST_MEMORY is None:
+        return
+    need = sum(math.prod(t.shape) * t.dtype.itemsize for t in out_types if t.is_static)
+    if need > HOST_MEMORY // 4:
+        gib = 2 ** 30
+        raise HostMemoryError(
+            f"{name} would compute {', '.join(map(str, out_types))}: {need / gib:.1f} GiB of results, more than "
+            f"the {HOST_MEMORY / 4 / gib:.1f} GiB this host can compute with (a quarter of its "
+            f"{HOST_MEMORY / gib:.1f} GiB: the exact kernels work in wider formats)",
+            fix="use a smaller shape, or abstract tensors (dist.tensor without data) for types, bytes and "
+                "costs without values", location=location)
+
+
+def _arity_of(infer: Callable) -> tuple:
+    """``(least, most)`` operands of an ``infer(attrs, ...)``; ``most`` is None for ``*types``."""
+    params = list(inspect.signature(infer).parameters.values())[1:]
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    least = sum(p.default is p.empty for p in positional)
+    variadic = any(p.kind is p.VAR_POSITIONAL for p in params)
+    return least, None if variadic else len(positional)
+
+
+def _check_operands(prim: Primitive, op) -> None:
+    least, most = prim.arity
+    n = len(op.operands)
+    if n < least or (most is not None and n > most):
+        wanted = (f"{least}" if least == most else f"{least} to {most}" if most is not None
+                  else f"at least {least}")
+        raise op.emit_error(f"takes {wanted} operand(s), has {n}",
+                            fix=f"build it with tessera_ref.op.{prim.name}(...)")
+    for index, value in enumerate(op.operands):
+        if not isinstance(value.type, TensorType):
+            raise op.emit_error(f"operand #{index} is a {value.type}, but Graph IR ops take tensors",
+                                fix="pass a tensor (a 0-d tensor<f32> for a single number)")
+
+
 def _verify_hook(prim: Primitive):
     def verify(op) -> None:
+        _check_operands(prim, op)
         try:
             attrs = prim.check_attrs(dict(op.attributes))
             in_types = tuple(v.type if prim.layout_aware else v.type.with_layout(None) for v in op.operands)
@@ -204,7 +268,8 @@ def _verify_hook(prim: Primitive):
 
 def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: str,
            attrs: dict | None = None, vjp=None, jvp=None, shard=None,
-           canonicalize: Callable | None = None, layout_aware: bool = False) -> Primitive:
+           canonicalize: Callable | None = None, layout_aware: bool = False,
+           arity: tuple | None = None) -> Primitive:
     """Define and register the primitive ``name`` (once); see the module docstring."""
     if name in PRIMITIVES:
         raise OpError(f"primitive {name!r} is already defined", fix="define each op once")
@@ -212,7 +277,8 @@ def define(name: str, *, infer: Callable, impl: Callable, cost: Callable, spec: 
         if not isinstance(value, Attr):
             raise OpError(f"attribute {key!r} of {name!r} must be declared with Attr(...)")
     prim = Primitive(name, infer, impl, cost, spec, dict(attrs or {}), vjp, jvp, shard,
-                     canonicalize=canonicalize, layout_aware=layout_aware)
+                     canonicalize=canonicalize, layout_aware=layout_aware,
+                     arity=_arity_of(infer) if arity is None else arity)
     register_op(prim.ir_name, verify=_verify_hook(prim))
     PRIMITIVES[name] = prim
     _BY_IR_NAME[prim.ir_name] = prim

@@ -492,7 +492,7 @@ def _concat_shard(attrs, *xs):
 
 CONCAT = define("concat", infer=_concat_infer, impl=lambda call, *arrays: np.concatenate(arrays, call.attrs["axis"]),
                 cost=_moved, spec="GRAPH-CONCAT-1", shard=_concat_shard, canonicalize=_concat_canonicalize,
-                vjp=_concat_vjp, jvp=linear_jvp("concat"),
+                vjp=_concat_vjp, jvp=linear_jvp("concat"), arity=(1, None),
                 attrs={"axis": Attr(0, check_int, "the axis to join along")})
 
 

@@ -22,12 +22,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..context import TRACES
-from ..errors import DTypeError, TraceError
+from ..errors import DTypeError, OpError, ShapeError, TraceError
 from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
 from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
 from ..numerics import Policy, as_policy, cast, get_format
 
-__all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar"]
+__all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar",
+           "length_of"]
 
 
 #: Every op function by name (``FUNCTIONS.add``), as ``tessera_ref.op`` has them: a registry
@@ -64,11 +65,10 @@ class TensorOperators:
 
     def __iter__(self):
         """The sub-tensors along axis 0 (``x[0]``, ``x[1]``, ...)."""
-        if not self.shape:
-            raise TypeError("iteration over a 0-d tensor")
-        if not isinstance(self.shape[0], int):
-            raise TypeError(f"iteration over a symbolic dimension {self.shape[0]!r}")
-        return (self[i] for i in range(self.shape[0]))
+        return (self[i] for i in range(length_of(self.type)))
+
+    def __len__(self) -> int:
+        return length_of(self.type)
 
     @property
     def T(self):
@@ -89,10 +89,37 @@ class TensorOperators:
     def astype(self, dtype, **policy):
         return FUNCTIONS.cast(self, dtype, **policy)
 
-    def sum(self, axis=None): return FUNCTIONS.sum(self, axis=axis)
-    def mean(self, axis=None): return FUNCTIONS.mean(self, axis=axis)
-    def max(self, axis=None): return FUNCTIONS.max(self, axis=axis)
-    def min(self, axis=None): return FUNCTIONS.min(self, axis=axis)
+    # NumPy's reduction signatures, so np.sum/np.mean/np.max/np.min(x) call these (NumPy
+    # interop, GRAPH-NUMPY-1); the op computes, so the result is exact and a tensor.
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **numpy_only):
+        return _reduction("sum", self, axis, dtype, out, keepdims, numpy_only)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **numpy_only):
+        return _reduction("mean", self, axis, dtype, out, keepdims, numpy_only)
+
+    def max(self, axis=None, out=None, keepdims=False, **numpy_only):
+        return _reduction("max", self, axis, None, out, keepdims, numpy_only)
+
+    def min(self, axis=None, out=None, keepdims=False, **numpy_only):
+        return _reduction("min", self, axis, None, out, keepdims, numpy_only)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """A NumPy ufunc of the same meaning as an op runs as that op (exact; a DistTensor keeps
+        its layout, a traced value is traced); any other ufunc call is :meth:`_numpy_only`'s."""
+        name = NUMPY_UFUNCS.get(ufunc.__name__)
+        if method == "__call__" and name is not None and not kwargs:
+            return getattr(FUNCTIONS, name)(*inputs)
+        return self._numpy_only(ufunc, method, inputs, kwargs)
+
+    def _numpy_only(self, ufunc, method, inputs, kwargs):
+        """A ufunc call with no op: refused (an Array computes it with NumPy on its values)."""
+        raise OpError(f"{_ufunc_text(ufunc, method, kwargs)} on a {type(self).__name__} has no Tessera op",
+                      fix="use the tessera_ref.op functions, or convert explicitly with np.asarray(x) first")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The NumPy dtype holding the values (the storage format's)."""
+        return self.type.dtype
 
     @property
     def policy(self):
@@ -123,23 +150,34 @@ class Array(TensorOperators):
         self.type = type
 
     @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    @property
     def size(self) -> int:
         return self.data.size
+
+    def _numpy_only(self, ufunc, method, inputs, kwargs):
+        """NumPy computes a ufunc that has no op on the values (a NumPy array results)."""
+        if any(isinstance(o, TensorOperators) for o in kwargs.get("out", ()) or ()):
+            raise OpError(f"{_ufunc_text(ufunc, method, kwargs)}: out= cannot be a Tessera tensor (tensors are "
+                          "values)", fix="write into a NumPy array, or use the result")
+        values = [np.asarray(x) if isinstance(x, TensorOperators) else x for x in inputs]
+        return getattr(ufunc, method)(*values, **kwargs)
+
+    def __dlpack__(self, **kwargs):
+        """DLPack export of the values, for formats NumPy holds natively (f64, f32, f16, int8,
+        index, i1, complex<f32>); the other formats have no DLPack type."""
+        if self.data.dtype.isbuiltin != 1:  # 2: a user-defined (ml_dtypes) type
+            raise DTypeError(f"{self.type} has no DLPack type (its values are {self.data.dtype}, an ml_dtypes "
+                             "type that DLPack consumers cannot read)",
+                             fix="convert first: x.astype('f32'), or np.asarray(x) for the raw storage values")
+        return self.data.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.data.__dlpack_device__()
 
     def __array__(self, dtype=None, copy=None):
         data = self.data
         if dtype is not None and np.dtype(dtype) != data.dtype:
             return data.astype(dtype)
         return data.copy() if copy else data
-
-    def __len__(self) -> int:
-        if not self.data.ndim:
-            raise TypeError("len() of a 0-d tensor")
-        return len(self.data)
 
     def __bool__(self) -> bool:
         return bool(self.data)
@@ -193,13 +231,49 @@ class Tracer(TensorOperators):
     def __int__(self):
         self._concrete("int()")
 
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
-
     def __repr__(self) -> str:
         return f"Tracer({self.type} in {self.trace.name!r})"
+
+
+#: NumPy ufuncs that have an op of the same meaning: ``{ufunc name: op function name}``.
+NUMPY_UFUNCS = {
+    "add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "negative": "neg",
+    "absolute": "abs", "power": "pow", "matmul": "matmul", "maximum": "maximum", "minimum": "minimum",
+    "exp": "exp", "expm1": "expm1", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "sin": "sin",
+    "cos": "cos", "less": "less", "less_equal": "less_equal", "greater": "greater",
+    "greater_equal": "greater_equal", "equal": "equal", "not_equal": "not_equal",
+    "logical_and": "logical_and", "logical_or": "logical_or", "logical_not": "logical_not",
+}
+
+
+def _ufunc_text(ufunc, method: str, kwargs: dict) -> str:
+    call = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
+    return call + (f" with {', '.join(sorted(kwargs))}=" if kwargs else "")
+
+
+def _reduction(name: str, x, axis, dtype, out, keepdims, numpy_only: dict):
+    """``x.<name>(...)`` with NumPy's arguments: ``dtype`` casts first (the result and its
+    accumulation are in that format); ``out=`` and NumPy-only arguments are refused."""
+    if out is not None:
+        raise OpError(f"{name}(out=...): a Tessera tensor is a value, so a reduction returns a new tensor",
+                      fix=f"use the result: y = np.{name}(x) or y = x.{name}()")
+    if numpy_only:
+        raise OpError(f"{name}: NumPy's {', '.join(sorted(numpy_only))}= argument(s) are not supported",
+                      fix="select the elements first (op.where, slicing), then reduce")
+    if dtype is not None:
+        x = FUNCTIONS.cast(x, dtype if isinstance(dtype, str) else element_of_dtype(np.dtype(dtype)))
+    return getattr(FUNCTIONS, name)(x, axis=axis, keepdims=keepdims)
+
+
+def length_of(t: TensorType) -> int:
+    """``len()`` of a tensor of type ``t``: its first dimension, which must exist and be a number."""
+    if not t.shape:
+        raise ShapeError(f"len() of a 0-d tensor ({t}): it has no first dimension",
+                         fix="use x.shape (here ()), or reshape it to [1] first")
+    if not isinstance(t.shape[0], int):
+        raise ShapeError(f"len() of {t}: its first dimension {t.shape[0]!r} is symbolic",
+                         fix="use x.shape[0] (the symbol), or trace with a concrete size")
+    return t.shape[0]
 
 
 def current_trace() -> "Trace | None":
@@ -245,7 +319,7 @@ class Trace:
     def value_of(self, x, weak) -> Value:
         """The IR value for an operand: a tracer's own value, or a constant op for concrete data."""
         if isinstance(x, Tracer):
-            if x.trace is not self:
+            if x.trace is not self or x.trace.sealed:
                 raise TraceError(f"a traced value of {x.trace.name!r} ({x.type}) is used in {self.name!r}"
                                  + (" after its trace ended" if x.trace.sealed else ""),
                                  fix="pass values between traced functions as arguments and results")
@@ -318,6 +392,18 @@ def _convert(values: np.ndarray, element, seed) -> np.ndarray:
     return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow, key=seed)
 
 
+def _host_values(x) -> np.ndarray:
+    """``np.asarray(x)``, refusing ragged nesting and non-numeric objects."""
+    try:
+        values = np.asarray(x)
+    except ValueError:
+        values = None
+    if values is None or values.dtype == object:
+        raise DTypeError(f"asarray() got ragged or non-numeric data ({type(x).__name__})",
+                         fix="pass a rectangular array of numbers (every row the same length)")
+    return values
+
+
 def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     """An :class:`Array` holding ``x`` (an Array, NumPy array, nested list or scalar).
 
@@ -345,11 +431,10 @@ def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     elif is_weak_scalar(x) and not isinstance(x, np.generic):
         element = as_policy(weak if weak is not None else "f32")
     else:
-        element = element_of_dtype(np.asarray(x).dtype)
-    values = x.data if isinstance(x, Array) else np.asarray(x)
-    if values.dtype == object:
-        raise DTypeError("asarray() got ragged or non-numeric data",
-                         fix="pass a rectangular array of numbers")
+        element = None  # the NumPy dtype decides
+    values = x.data if isinstance(x, Array) else _host_values(x)
+    if element is None:
+        element = element_of_dtype(values.dtype)
     data = _convert(values, element, seed)
     if not data.flags.c_contiguous:
         data = data.copy()

@@ -8,12 +8,19 @@ from ..errors import SimError
 __all__ = ["device_names", "resolve_device"]
 
 
+#: The most devices a simulated machine has (the largest GPU clusters built are ~10^5 GPUs).
+MAX_DEVICES = 1 << 17
+
+
 def device_names(n_devices, names=None) -> tuple:
     """The names of ``n_devices`` devices: ``names`` checked (distinct strings, one per device),
     or ``("cuda:0", "cuda:1", …)`` when ``names`` is None."""
     if not isinstance(n_devices, numbers.Integral) or isinstance(n_devices, bool) or n_devices < 1:
         raise SimError(f"a simulated machine needs a positive number of devices, got {n_devices!r}",
                        fix="pass n_devices=8 (or leave it out for the preset's NVLink domain size)")
+    if n_devices > MAX_DEVICES:
+        raise SimError(f"a simulated machine has at most {MAX_DEVICES} devices, got {n_devices} (each device keeps "
+                       "its own memory and timeline records)", fix=f"simulate {MAX_DEVICES} devices or fewer")
     if names is None:
         return tuple(f"cuda:{i}" for i in range(int(n_devices)))
     names = tuple(names)

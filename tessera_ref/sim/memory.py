@@ -74,6 +74,13 @@ class MemoryAccountant:
             self._warn(d, handle)
         return handle
 
+    def require(self, device, nbytes: int, name: str, location: str | None = None) -> None:
+        """Raise the :class:`~tessera_ref.errors.OutOfMemoryError` that :meth:`alloc` of
+        ``nbytes`` on ``device`` would raise, recording nothing (a check before computing)."""
+        d = resolve_device(device, self.device_names)
+        if self._live[d] + int(nbytes) > self.capacity:
+            raise self._oom(d, int(nbytes), str(name), location if location is not None else user_location())
+
     def free(self, handle: Allocation) -> None:
         """Give back the bytes of ``handle`` (SIM-MEM-1). Freeing a handle that is not live
         (freed twice, or from another machine) is a :class:`~tessera_ref.errors.SimError`."""
@@ -114,9 +121,10 @@ class MemoryAccountant:
     def _oom(self, d: int, nbytes: int, name: str, location) -> OutOfMemoryError:
         live, cap = self._live[d], self.capacity
         return OutOfMemoryError(
-            f"out of memory on {self.device_names[d]}: {name!r} needs {_exact(nbytes)} but {_exact(live)} of "
-            f"its {_exact(cap)} of HBM are live, {_exact(cap - live)} free; largest live tensors: "
-            f"{self._largest(d)}",
+            f"out of memory on {self.device_names[d]}: {name!r} needs {_exact(nbytes)}, but "
+            + (f"its HBM holds only {_exact(cap)} (all of it free)" if not live else
+               f"only {_exact(cap - live)} of its {_exact(cap)} of HBM is free ({_exact(live)} in use by "
+               f"{self._largest(d)})"),
             fix=f"shard {name!r} over more devices (a ShardSpec partition over a larger mesh axis divides its "
                 "bytes per device), store it in a smaller format (bf16 -> fp8 halves it), free tensors that are "
                 "no longer needed, or use a preset with more HBM (`tessera-ref sim --presets`)",

@@ -47,7 +47,8 @@ def machine_report(machine, top: int = 10) -> str:
 
     cap = mem.capacity
     lines = [f"Simulated machine: {p.name}, {n} x {p.gpu}",
-             f"  per GPU: {fmt_bytes(cap)} {p.hbm_kind} at {p.hbm_bandwidth / TB:g} TB/s; {p.nvlink.name} "
+             f"  per GPU: {fmt_bytes(cap)} of {p.hbm_kind} (capacity in binary units)",
+             f"  bandwidths: {p.hbm_kind} {p.hbm_bandwidth / TB:g} TB/s; {p.nvlink.name} "
              f"{p.nvlink.bandwidth / GB:g} GB/s per direction, {p.devices_per_domain} GPUs per domain; "
              f"{p.network.name} {p.network.bandwidth / GB:g} GB/s between domains"]
     if not events and not any(mem.peak(d) for d in range(n)):

@@ -12,6 +12,7 @@ from ir_testing import attributes, dense_attrs, floats, nan_with_bits
 from tessera_ref.ir import (
     DenseAttr,
     IRError,
+    IRParseError,
     Operation,
     SymbolRef,
     attr_key,
@@ -29,10 +30,11 @@ def bits(x: float) -> int:
 
 @pytest.mark.parametrize("value, text", [
     (True, "true"), (False, "false"), (0, "0"), (-7, "-7"), (1 << 80, str(1 << 80)),
-    (1.0, "1.0"), (-0.0, "-0.0"), (0.1, "0.1"), (1e16, "1e+16"), (5e-324, "5e-324"),
-    (math.inf, "inf"), (-math.inf, "-inf"), (math.nan, "nan"),
-    (nan_with_bits(0xFFF8000000000000), "nan(0xfff8000000000000)"),
-    (nan_with_bits(0x7FF0000000000001), "nan(0x7ff0000000000001)"),
+    (1.0, "1.0"), (-0.0, "-0.0"), (0.1, "0.1"), (1e16, "1.0e+16"), (5e-324, "5.0e-324"),
+    (-1.5e-300, "-1.5e-300"), (math.inf, "0x7FF0000000000000 : f64"), (-math.inf, "0xFFF0000000000000 : f64"),
+    (math.nan, "0x7FF8000000000000 : f64"),
+    (nan_with_bits(0xFFF8000000000000), "0xFFF8000000000000 : f64"),
+    (nan_with_bits(0x7FF0000000000001), "0x7FF0000000000001 : f64"),
     ("plain", '"plain"'), ('q"b\\s', r'"q\"b\\s"'), ("a\nb\tc", r'"a\nb\tc"'),
     ("é\x00\x7f", r'"\C3\A9\00\7F"'), ("", '""'),
     ((), "[]"), ([1, [2.5, "x"]], '[1, [2.5, "x"]]'),
@@ -124,3 +126,21 @@ def test_printing_or_verifying_an_op_with_a_bad_attribute_names_the_op():
         print_op(op)
     with pytest.raises(IRError, match=r"'rand.x' op: attribute 'bad': .* is not an attribute value \[at m.py:4\]"):
         verify(op)
+
+
+@pytest.mark.parametrize("text, want_bits", [
+    ("inf", 0x7FF0000000000000), ("-inf", 0xFFF0000000000000), ("nan", 0x7FF8000000000000),
+    ("nan(0xfff8000000000001)", 0xFFF8000000000001), ("1e-06", bits(1e-06)), ("0x3FF0000000000000 : f64", bits(1.0)),
+])
+def test_the_parser_reads_the_earlier_float_spellings_and_hex_bits(text, want_bits):
+    assert bits(parse_attribute(text)) == want_bits
+
+
+@pytest.mark.parametrize("text", ["1e999", "-2e308", "1e-400", "-0.5e-330", "1" + "0" * 400 + ".0"])
+def test_float_literals_outside_binary64_are_parse_errors(text):
+    with pytest.raises(IRParseError, match="outside the binary64 range"):
+        parse_attribute(text)
+
+
+def test_zero_spelled_with_an_exponent_is_still_zero():
+    assert bits(parse_attribute("0.0e-400")) == 0 and bits(parse_attribute("-0.0e5")) == 1 << 63

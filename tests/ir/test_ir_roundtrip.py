@@ -26,9 +26,9 @@ from tessera_ref.numerics import Policy
 GOLDEN = r'''"tessera.module"() ({
   "tessera.func"() ({
   ^bb0(%q: tensor<[B]x[S]x64xbf16>, %k: tensor<[B]x[S]x64xbf16>, %w: tensor<64x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic, overflow=saturate>>):
-    %scale = "tessera.graph.constant"() {value = dense<"0x0000003E"> : tensor<1xf32>} : () -> tensor<1xf32> loc("attention.py":7)
-    %0 = "test.matmul"(%q, %k) {tile_shape = [128, 128, 64], transpose_b = true} : (tensor<[B]x[S]x64xbf16>, tensor<[B]x[S]x64xbf16>) -> tensor<[B]x[S]x[S]xf32> loc("attention.py":12)
-    %1, %2 = "test.softmax_stats"(%0) {axis = -1, eps = 1e-06, neg_zero = -0.0, ninf = -inf, not_a_number = nan, other_nan = nan(0xfff8000000000001), pinf = inf} : (tensor<[B]x[S]x[S]xf32>) -> (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>) loc("attention.py":13)
+    %scale = "tessera.graph.constant"() {value = dense<"0x0000003E"> : tensor<1xf32>} : () -> tensor<1xf32> loc("attention.py":7:0)
+    %0 = "test.matmul"(%q, %k) {tile_shape = [128, 128, 64], transpose_b = true} : (tensor<[B]x[S]x64xbf16>, tensor<[B]x[S]x64xbf16>) -> tensor<[B]x[S]x[S]xf32> loc("attention.py":12:0)
+    %1, %2 = "test.softmax_stats"(%0) {axis = -1, eps = 1.0e-06, neg_zero = -0.0, ninf = 0xFFF0000000000000 : f64, not_a_number = 0x7FF8000000000000 : f64, other_nan = 0xFFF8000000000001 : f64, pinf = 0x7FF0000000000000 : f64} : (tensor<[B]x[S]x[S]xf32>) -> (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>) loc("attention.py":13:0)
     %3 = "test.loop"(%1, %w) ({
     ^bb0(%i: index, %acc: tensor<[B]x[S]x[S]xf32>):
       %4 = "test.add"(%acc, %1) : (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]x[S]xf32>) -> tensor<[B]x[S]x[S]xf32> loc("a \"quoted\" name\twith tab")
@@ -37,8 +37,8 @@ GOLDEN = r'''"tessera.module"() ({
       "test.yield"() : () -> ()
     ^bb1:
     }) {bounds = {lower = 0, "step size" = 1, upper = 8}, callee = @softmax, empty = [], label = "caf\C3\A9 \E2\88\91", types = [f32, index, scalar<bf16, #policy<rounding=rtz>>, (f32) -> ((f32) -> f32), tensor<fp4_e2m1>]} : (tensor<[B]x[S]x[S]xf32>, tensor<64x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic, overflow=saturate>>) -> tensor<[B]x[S]x[S]xf32>
-    "tessera.return"(%3, %2) : (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>) -> () loc("attention.py":20)
-  }) {function_type = (tensor<[B]x[S]x64xbf16>, tensor<[B]x[S]x64xbf16>, tensor<64x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic, overflow=saturate>>) -> (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>), sym_name = "attention"} : () -> () loc("attention.py":5)
+    "tessera.return"(%3, %2) : (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>) -> () loc("attention.py":20:0)
+  }) {function_type = (tensor<[B]x[S]x64xbf16>, tensor<[B]x[S]x64xbf16>, tensor<64x64xfp6_e2m3, #policy<accum=f64, rounding=stochastic, overflow=saturate>>) -> (tensor<[B]x[S]x[S]xf32>, tensor<[B]x[S]xf32>), sym_name = "attention"} : () -> () loc("attention.py":5:0)
   "tessera.func"() ({
   ^bb0(%0: tensor<4xf32>):
     %1 = "test.neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
@@ -101,7 +101,7 @@ def test_hand_written_text_prints_canonically_and_then_is_stable():
   "tessera.func"() ({
   ^bb0(%0: tensor<4xf32>):
     %x = "test.neg"(%0) : (tensor<4xf32>) -> tensor<4xf32>
-    %y = "test.neg"(%x) {a = 1, b = 2, z = {}} : (tensor<4xf32>) -> tensor<4xf32> loc("m.py":3)
+    %y = "test.neg"(%x) {a = 1, b = 2, z = {}} : (tensor<4xf32>) -> tensor<4xf32> loc("m.py":3:0)
     "tessera.return"(%y) : (tensor<4xf32>) -> ()
   }) {function_type = (tensor<4xf32>) -> tensor<4xf32>, sym_name = "f"} : () -> ()
 }) : () -> ()'''

@@ -24,6 +24,8 @@ checkers, their accesses are every lane's.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import KernelError
@@ -99,6 +101,10 @@ class _Abort(Exception):
     """Raised to stop a run at the first finding (turned into the finding's error)."""
 
 
+#: Launch limits of the interpreter, which runs tiles one after another (CUDA allows 1024
+#: threads per block; 2^20 tiles take hours already).
+MAX_TILES, MAX_LANES = 1 << 20, 1024
+
 class Run:
     """One execution of a kernel over a grid (see :func:`run`)."""
 
@@ -113,6 +119,10 @@ class Run:
         if not 1 <= len(self.grid) <= 3 or min(self.grid) < 1 or self.lanes < 1:
             raise KernelError(f"a launch needs 1 to 3 positive grid sizes and lanes >= 1, got grid={grid}, "
                               f"lanes={lanes}", fix="e.g. grid=(4, 4), lanes=128")
+        if math.prod(self.grid) > MAX_TILES or self.lanes > MAX_LANES:
+            raise KernelError(f"the tile interpreter runs at most {MAX_TILES} tiles of at most {MAX_LANES} lanes, one "
+                              f"after another; grid={self.grid} is {math.prod(self.grid)} tiles of {self.lanes} lanes",
+                              fix="check the grid on a smaller problem, or run the kernel on a GPU backend")
         self.checks, self.count, self.on_error = checks, counters, on_error
         self.counters = Counters()
         self.findings: list = []
@@ -185,7 +195,7 @@ class Run:
         kind, bad, detail = problem
         where = np.flatnonzero(bad)
         index = buf.logical_of(phys[where[0]])[0]
-        who = lanes if np.ndim(lanes) == 0 else lanes[where]
+        who = lanes if np.ndim(lanes) == 0 else lanes[where][phys[where] == phys[where[0]]]  # that element's lanes
         self.report(kind, f"{verb} {buf.name}{list(index)} by {C.describe_lanes(who)} of tile "
                           f"{self.tile}: {detail}", op, who, index,
                     fix="separate the accesses with tbarrier() (and cp_async wait before it)"

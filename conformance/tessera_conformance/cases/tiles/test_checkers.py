@@ -35,10 +35,11 @@ def hazards(X: f32[32], Y: mut[f32[32]]):
 
 @clause("TILE-CHECK-1")
 @pytest.mark.parametrize("hazard, marker, kind, element, lanes", [
-    (1, "# CHECK-1 raw", "read-after-write", "s[1]", "0-31"),
-    (2, "# CHECK-1 war", "write-after-read", "s[0]", "0-31"),
-    (3, "# CHECK-1 waw", "write-after-write", "s[1]", "0-31"),
-    (4, "# CHECK-1 one store", "write-after-write", "s[0]", "lanes"),
+    # the finding names the element and the lanes of this access that touched it
+    (1, "# CHECK-1 raw", "read-after-write", "s[1]", "by lane 0 of"),
+    (2, "# CHECK-1 war", "write-after-read", "s[0]", "by lane 0 of"),
+    (3, "# CHECK-1 waw", "write-after-write", "s[1]", "by lane 0 of"),
+    (4, "# CHECK-1 one store", "write-after-write", "s[0]", "by lanes 0-1 of"),
 ])
 def test_two_lanes_touching_one_shared_element_in_a_phase_race(backend, hazard, marker, kind, element, lanes):
     _, message = expect_error(backend, TileRaceError, rf"{kind} race.*" + line_of(__file__, marker),
@@ -179,7 +180,7 @@ def half_written(Y: mut[f32[n]]):
 def test_reading_unwritten_shared_memory(backend):
     _, message = expect_error(backend, TileUninitializedError, line_of(__file__, "# CHECK-4 read"), half_written,
                               np.zeros(64, np.float32), grid=1, lanes=64)
-    assert "s[32]" in message and "32-63" in message
+    assert "s[32] by lane 32 of" in message
 
 
 @kernel

@@ -1,13 +1,16 @@
-"""Pytrees: nested tuples, lists and dicts of tensors (AD-1).
+"""Pytrees: nested tuples, lists, dicts, named tuples and dataclasses of tensors (AD-1).
 
-A transform's arguments and results may be any nesting of ``tuple``, ``list`` and ``dict``
-(dict entries in sorted key order, so the flattening does not depend on insertion order);
-everything else is a *leaf* (a tensor, a Python scalar, ``None``, a string). :func:`flatten`
+The arguments and results of a transform, and the arguments of ``jit``, may be any nesting
+of ``tuple``, ``list``, ``dict`` (entries in sorted key order, so the flattening does not
+depend on insertion order), ``NamedTuple`` classes (fields in order) and dataclass instances
+(the fields ``__init__`` takes, in order; rebuilt by calling the class with them); everything
+else is a *leaf* (a tensor, a Python scalar, ``None``, a string). :func:`flatten`
 gives the leaves in order and a :class:`TreeDef` that :meth:`TreeDef.unflatten` rebuilds
 the same structure from (new) leaves with.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import AutodiffError
@@ -17,8 +20,8 @@ __all__ = ["TreeDef", "flatten", "LEAF"]
 
 @dataclass(frozen=True)
 class TreeDef:
-    """The structure of a pytree: ``kind`` (``"leaf"``, ``tuple``, ``list``, ``dict``), the
-    dict keys and the children's structures."""
+    """The structure of a pytree: ``kind`` (``"leaf"``, ``tuple``, ``list``, ``dict``, or the
+    NamedTuple or dataclass class), the dict keys or field names, and the children's structures."""
 
     kind: object
     keys: tuple = ()
@@ -42,7 +45,11 @@ class TreeDef:
         items = [c._build(it) for c in self.children]
         if self.kind is dict:
             return dict(zip(self.keys, items))
-        return self.kind(items)
+        if self.kind in (tuple, list):
+            return self.kind(items)
+        if self.keys:  # a dataclass
+            return self.kind(**dict(zip(self.keys, items)))
+        return self.kind(*items)  # a NamedTuple
 
 
 _END = object()
@@ -63,7 +70,13 @@ def _flatten(tree, leaves: list) -> TreeDef:
             raise AutodiffError(f"a dict of the pytree has keys that cannot be sorted together ({list(tree)!r})",
                                 fix="use keys of one type (all str, or all int)") from None
         return TreeDef(dict, keys, tuple(_flatten(tree[k], leaves) for k in keys))
-    if type(tree) in (tuple, list):
+    if type(tree) in (tuple, list) or (isinstance(tree, tuple) and hasattr(type(tree), "_fields")):
         return TreeDef(type(tree), (), tuple(_flatten(x, leaves) for x in tree))
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        names = tuple(f.name for f in dataclasses.fields(tree) if f.init)
+        if not names:
+            raise AutodiffError(f"the dataclass {type(tree).__name__} of the pytree has no fields its __init__ "
+                                "takes", fix="pass its tensors as fields, or as separate arguments")
+        return TreeDef(type(tree), names, tuple(_flatten(getattr(tree, n), leaves) for n in names))
     leaves.append(tree)
     return LEAF
