@@ -265,14 +265,20 @@ def _fragment_producer(v: Value):
     return None
 
 
+def _fragment_result(op) -> TensorType:
+    if len(op.results) != 1:
+        raise op.emit_error(f"makes one fragment, has {len(op.results)} result(s)")
+    return _static_tensor(op, op.results[0], "its result")
+
+
 def _verify_fill(op):
     _n_operands(0)(op)
-    _verify_layout(op, op.results[0].type)
+    _verify_layout(op, _fragment_result(op))
 
 
 def _verify_frag_load(op):
     _n_operands(1)(op)
-    _verify_layout(op, op.results[0].type)
+    _verify_layout(op, _fragment_result(op))
 
 
 def _verify_frag_store(op):

@@ -210,7 +210,7 @@ def warp_exchange(X: f32[n], Y: mut[f32[n]]):
     Y[i] = p + tile.shfl_xor(p, 1)
 
 
-@clause("TILE-COUNT-5", "TILE-WARP-1")
+@clause("TILE-COUNT-6", "TILE-WARP-1")
 def test_shuffles_count_one_per_warp_and_touch_no_shared_memory(backend):
     x = np.arange(96, dtype=np.float32)
     y = np.zeros(96, np.float32)
