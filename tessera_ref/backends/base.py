@@ -18,7 +18,7 @@ from .. import context
 from ..dist.collectives import mailbox_scope
 from ..dist.execute import check_sharded_arguments, sharded_step
 from ..dist.tensor import DistTensor
-from ..errors import OpError
+from ..errors import BackendError, LoweringError, OpError
 from ..ir import FUNC, Module, Operation, TensorType
 from ..ir.launch import Launch
 from ..lowering import autotune, pipeline
@@ -152,6 +152,17 @@ class Backend(abc.ABC):
                         dict(call.attrs), call.location)
         module: Module = trace.finish([Tracer(r, trace) for r in op.results])
         return self.lower(module)
+
+    def run_op_as_kernel(self, call, operands, *, checks: bool) -> tuple:
+        """``call``'s op run as its lowered program (:meth:`lower_op`, :meth:`run_program`);
+        a BackendError naming this backend when the op has no tile lowering."""
+        try:
+            program = self.lower_op(call, operands)
+        except LoweringError as exc:
+            raise BackendError(f"the {self.name!r} backend has no kernel for this {call.primitive.name}: {exc.what}",
+                               location=call.location, fix="run it on the 'interp' backend") from None
+        results, _ = self.run_program(program, operands, checks=checks, counters=False)
+        return tuple(results)
 
     def inspect(self, graph, level: str, directives: dict | None = None) -> str:
         """The text of a Graph IR module at ``level`` (``"schedule"``, ``"tile"``, ``"target"``)."""

@@ -11,7 +11,6 @@ instance the family's template does not take (LOWER-PLAN) is a
 from __future__ import annotations
 
 from ..backends.registry import register
-from ..errors import BackendError, LoweringError
 from .backend import InterpBackend
 
 __all__ = ["TileBackend"]
@@ -27,13 +26,7 @@ class TileBackend(InterpBackend):
     def run_op(self, call, *operands) -> tuple:
         if call.primitive.kernel_family is None:
             return super().run_op(call, *operands)
-        try:
-            program = self.lower_op(call, operands)
-        except LoweringError as exc:
-            raise BackendError(f"interp-tiles has no tile kernel for this {call.primitive.name}: {exc.what}",
-                               location=call.location, fix="run it on the 'interp' backend") from None
-        results, _ = self.run_program(program, operands, checks=True, counters=False)
-        return tuple(results)
+        return self.run_op_as_kernel(call, operands, checks=True)
 
 
 register("interp-tiles", TileBackend)

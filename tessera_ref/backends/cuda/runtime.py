@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import BackendError, LoweringError
+from ...errors import BackendError
 from ...ir import TensorType
 from ...ir.types import IndexType
 from ...ir import tile as T
@@ -109,13 +109,7 @@ class CudaBackend(Backend):
     def run_op(self, call, *operands) -> tuple:
         if call.primitive.kernel_family is None:
             return call.primitive.run(call, *operands)
-        try:
-            program = self.lower_op(call, operands)
-        except LoweringError as exc:
-            raise BackendError(f"the cuda backend has no kernel for this {call.primitive.name}: {exc.what}",
-                               location=call.location, fix="run it on the 'interp' backend") from None
-        results, _ = self.run_program(program, operands, checks=False, counters=False)
-        return tuple(results)
+        return self.run_op_as_kernel(call, operands, checks=False)
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda backend runs single-device programs; got a mesh {mesh}",
