@@ -140,8 +140,9 @@ def test_a_last_partial_key_block_is_the_graphs_last_block(block_k, stages, caus
     assert_same_bits(got, want)
     assert reports[0].findings == []
     kop = _kernels(program)[0]
-    cost = kernel_cost(kop)
-    assert cost.hbm_bytes == reports[0].counters.hbm_bytes and cost.smem_bytes == shared_bytes(program.tile)
+    cost, counted = kernel_cost(kop), reports[0].counters
+    assert (cost.flops, cost.hbm_bytes, cost.smem_bytes) == (counted.flops, counted.hbm_bytes,
+                                                            shared_bytes(program.tile))
     full, tail = divmod(40, block_k)
     assert str(program.tile).count('"tessera.tile.mma"') == 2 * bool(full) + 2 * bool(tail)  # loop body, tail block
 
