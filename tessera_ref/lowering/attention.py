@@ -267,10 +267,11 @@ def attention_cost(Sq, Sk, D, tile, *, Dv=None, heads=1, itemsize=2, accum_items
     """FlashAttention's cost with Q tiles of ``Br`` rows and K/V tiles of ``Bc`` rows.
 
     Shared memory: the buffers of :func:`lower_attention` — the Q tile; ``stages`` K and V
-    blocks (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α (the
+    blocks of ``min(Bc, Sk)`` rows (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α (the
     output accumulator and PV are register fragments, the butterflies warp shuffles). HBM: Q once,
     K and V once per Q tile, O once, whatever the number of stages. FLOPs, what the tile
-    interpreter counts (TILE-COUNT-4), per head and key block of ``Bc`` keys: the two ``mma``
+    interpreter counts (TILE-COUNT-4), per head and key block (``⌈Sk/Bc⌉`` of them, the last
+    partial when ``Bc`` does not divide ``Sk``): the two ``mma``
     (``2·Sq·Bc·(D + Dv)``); per score 6 lane operations (×scale in the max and again for p,
     the max fold, ⊖ shift, exp, the sum fold); per query row 324 lane operations of its warp
     (two butterflies of 5 × 32, and lane 0's ``m ⊖ shift``, ``exp``, ``α ⊗ ℓ``, ``⊕ Σp``); per accumulator element 2 (``α ⊗ acc ⊕ PV``); and at the end one
