@@ -8,7 +8,12 @@ swizzled.
 
 One tile owns ``Br`` query rows of one batch entry (grid ``(Sq/Br, batch)``) and walks the
 keys in blocks of ``Bc = block_k`` — the op's own block size, because the blocked online
-softmax *is* the op's definition (GRAPH-FLASHATTENTION-1). Per tile (LOWER-FA-1):
+softmax *is* the op's definition (GRAPH-FLASHATTENTION-1): when ``block_k`` does not divide
+``Sk`` the last block holds the ``Sk mod block_k`` remaining keys, as the op's, and runs once
+after the loop over the full blocks with copies, ``mma``\ s and reductions of its length. The
+fragments are register micro-tiles (:func:`~tessera_ref.ir.fragment.blocked`) in column chunks
+of at most :data:`_VALUES` values a lane, so a compiled kernel keeps them in registers.
+Per tile (LOWER-FA-1):
 
 1. the Q tile is copied to shared memory once (cp.async); the running max ``m`` (−inf),
    the running sum ``ℓ`` (+0) and the rescale factor ``α`` of each row live in ``[Br, 1]``
@@ -49,7 +54,9 @@ import numpy as np
 
 from ..errors import LoweringError
 from ..ir import tile as T
+from ..ir.fragment import TVLayout, blocked
 from ..numerics.arith import to_accum
+from ..numerics.formats import get_format
 from ..ops import primitive
 from ..ops.exact import math_in_accum
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
@@ -64,6 +71,35 @@ def _scale(op, D: int, accum: str) -> float:
     if "scale" in op.attributes:
         return float(to_accum(np.float64(op.attributes["scale"]), accum))
     return float(math_in_accum("rsqrt", np.float64(D), accum=accum))
+
+
+#: the most accumulator values a lane holds in one register micro-tile (S and O are computed in
+#: column chunks of at most this many values per lane, so S, O and the operands fit in registers)
+_VALUES = 64
+
+
+def _chunks(rows: int, cols: int, lanes: int) -> list:
+    """``[(c0, width)]``: the columns of a ``rows × cols`` fragment in equal chunks, the widest
+    dividing ``cols`` with at most :data:`_VALUES` values a lane."""
+    width = max((d for d in range(1, cols + 1) if cols % d == 0 and rows * d <= _VALUES * lanes), default=cols)
+    return [(c0, width) for c0 in range(0, cols, width)]
+
+
+def _output_layout(Br: int, Dv: int, lanes: int, itemsize: int) -> TVLayout | None:
+    """The layout of the ``[Br, Dv]`` accumulator: :func:`~tessera_ref.ir.fragment.blocked`,
+    unless a lane's run of output columns would be narrower than 4 bytes in storage (fp8
+    with 2-column blocks: every 32-byte sector would be written by two requests); then
+    consecutive lanes own consecutive elements of whole rows (cyclic ownership as a layout,
+    still constant register indices), so every store request is one coalesced run. None
+    (cyclic) when neither fits."""
+    layout = blocked(Br, Dv, lanes)
+    if layout is not None and (layout.lane_shape[0] == 1 or layout.lane_stride[0] * itemsize >= 4):
+        return layout
+    if Dv <= lanes and lanes % Dv == 0 and Br % (lanes // Dv) == 0:
+        return TVLayout((Dv, lanes // Dv), (1, Dv), (Br * Dv // lanes,), (lanes,))
+    if Dv % lanes == 0:
+        return TVLayout((lanes,), (1,), (Dv // lanes, Br), (lanes, Dv))
+    return layout
 
 
 def lower_attention(kop, name: str) -> KernelPlan:
@@ -82,10 +118,10 @@ def lower_attention(kop, name: str) -> KernelPlan:
     s = kop.attributes
     Br, Bc, lanes, pad = s["tile"][0], s["tile"][1], s["lanes"], s["padding"]
     W = lanes // 32
-    if Bc != op.attributes["block_k"] or Sk % Bc or Sq % Br or lanes % 32 or Br % W:
+    if Bc != op.attributes["block_k"] or Sq % Br or lanes % 32 or Br % W:
         raise LoweringError(f"flash_attention: tile ({Br}, {Bc}) with {lanes} lanes does not fit Sq={Sq}, "
-                            f"Sk={Sk}, block_k={op.attributes['block_k']} (Bc must be block_k and divide Sk, "
-                            f"Br divide Sq; lanes a multiple of 32 whose warps divide Br)",
+                            f"Sk={Sk}, block_k={op.attributes['block_k']} (Bc must be block_k, Br divide Sq; "
+                            f"lanes a multiple of 32 whose warps divide Br)",
                             location=op.location, fix="let fit_schedule choose the tile")
     scale = _scale(op, D, accum)
     params = [("Q", T.buffer((batch, Sq, D), storage)), ("K", T.buffer((batch, Sk, D), storage)),
@@ -96,14 +132,17 @@ def lower_attention(kop, name: str) -> KernelPlan:
     w, l = kb.binary("floordiv", lane, 32), kb.binary("mod", lane, 32)
     b, r0 = kb.tile_id(1), kb.binary("mul", kb.tile_id(0), Br)
     stages = s["stages"] if s["async_copy"] else 1
-    nblk = Sk // Bc
+    nfull, tail = divmod(Sk, Bc)  # full key blocks, and the keys of the last, partial one (0: none)
+    Bk = min(Bc, Sk)  # rows of the key buffers
     Qs = kb.alloc((Br, D), storage, pad=pad)
-    Ks = kb.alloc((stages, Bc, D), storage, pad=pad)
-    Vs = kb.alloc((stages, Bc, Dv), storage, pad=pad)
-    Kt = kb.alloc((D, Bc), storage, pad=pad)
-    Ss = kb.alloc((Br, Bc), accum, pad=pad)
+    Ks = kb.alloc((stages, Bk, D), storage, pad=pad)
+    Vs = kb.alloc((stages, Bk, Dv), storage, pad=pad)
+    Kt = kb.alloc((D, Bk), storage, pad=pad)
+    Ss = kb.alloc((Br, Bk), accum, pad=pad)
     Ms, Ls, Al = (kb.alloc((Br, 1), accum) for _ in range(3))  # per-row m, ℓ, α: [Br, 1] broadcasts over Dv
     c = lambda x: kb.const(x, accum)  # noqa: E731 - an accum constant
+    itemsize = get_format(storage).dtype.itemsize
+    outs = [(c0, width, _output_layout(Br, width, lanes, itemsize)) for c0, width in _chunks(Br, Dv, lanes)]
 
     def split(e, cols):
         return kb.binary("floordiv", e, cols), kb.binary("mod", e, cols)
@@ -118,39 +157,48 @@ def lower_attention(kop, name: str) -> KernelPlan:
     def slot(blk):
         return blk % stages if isinstance(blk, int) else kb.binary("mod", blk, stages) if stages > 1 else 0
 
-    def issue(blk):
-        """cp.async key block ``blk`` of K and V into their buffers ``blk mod stages``."""
+    def issue(blk, n):
+        """cp.async the ``n`` keys of block ``blk`` of K and V into their buffers ``blk mod stages``."""
         t0 = blk * Bc if isinstance(blk, int) else kb.binary("mul", blk, Bc)
-        kb.cp_async(kb.subview(Ks, [slot(blk), 0, 0], (Bc, D)), kb.subview(K, [b, t0, 0], (Bc, D)))
-        kb.cp_async(kb.subview(Vs, [slot(blk), 0, 0], (Bc, Dv)), kb.subview(V, [b, t0, 0], (Bc, Dv)))
+        kb.cp_async(kb.subview(Ks, [slot(blk), 0, 0], (n, D)), kb.subview(K, [b, t0, 0], (n, D)))
+        kb.cp_async(kb.subview(Vs, [slot(blk), 0, 0], (n, Dv)), kb.subview(V, [b, t0, 0], (n, Dv)))
         return []
 
     for st in range(stages - 1):  # the prologue: stages-1 groups, empty past the last block
-        if st < nblk:
-            issue(st)
+        if st < nfull or st == nfull and tail:
+            issue(st, Bc if st < nfull else tail)
         kb.commit()
 
-    def key_block(blk, acc):
-        t0 = kb.binary("mul", blk, Bc)
+    def key_block(blk, acc, n):
+        """Key block ``blk`` of ``n`` keys (``Bc``, or ``tail`` for the last, partial one)."""
+        t0 = blk * Bc if isinstance(blk, int) else kb.binary("mul", blk, Bc)
         if stages == 1:  # copy, wait, and make the block visible
-            issue(blk)
+            issue(blk, n)
             kb.commit()
             kb.wait(0)
             kb.barrier()
         else:
             kb.wait(stages - 2)  # block blk (and Q) have landed ...
             kb.barrier()  # ... are visible (every lane finished block blk-1 before the last barrier)
-            nxt = kb.binary("add", blk, stages - 1)
-            kb.if_(kb.binary("lt", nxt, nblk), then=lambda: issue(nxt))  # refills block blk-1's buffers
+            if not isinstance(blk, int):  # refill block blk-1's buffers (the static tail block is the last)
+                nxt = kb.binary("add", blk, stages - 1)
+                kb.if_(kb.binary("lt", nxt, nfull), then=lambda: issue(nxt, Bc))
+                if tail:
+                    kb.if_(kb.binary("eq", nxt, nfull), then=lambda: issue(nxt, tail))
             kb.commit()
         k_slot = slot(blk)
 
         def stage_kt(e):
             j, d = split(e, D)
             kb.store(Kt, [d, j], kb.load(Ks, [k_slot, j, d]))
-        each_element(kb, Bc * D, lanes, stage_kt)
+        each_element(kb, n * D, lanes, stage_kt)
         kb.barrier()
-        kb.frag_store(Ss, kb.mma(Qs, Kt, kb.fill((Br, Bc), accum, 0.0), accum=accum))
+        for c0, width in _chunks(Br, n, lanes):  # S = Q·Kᵀ in register micro-tiles of at most _VALUES a lane
+            layout = blocked(Br, width, lanes)
+            kb.frag_store(kb.subview(Ss, [0, c0], (Br, width)),
+                          kb.mma(Qs, kb.subview(Kt, [0, c0], (D, width)),
+                                 kb.fill((Br, width), accum, 0.0, layout=layout), accum=accum, layout=layout),
+                          layout=layout)
         kb.barrier()
 
         def row_step(i):
@@ -164,16 +212,16 @@ def lower_attention(kop, name: str) -> KernelPlan:
                     limit = kb.binary("add", kb.binary("add", r0, row), Sk - Sq)
                     sj = kb.select(kb.binary("le", kb.binary("add", t0, j), limit), sj, c(-math.inf))
                 return sj
-            m_new = warp_reduce(kb, l, Bc, "max", score, accum, init=m_old)  # max(m, max_j s_j), every lane
+            m_new = warp_reduce(kb, l, n, "max", score, accum, init=m_old)  # max(m, max_j s_j), every lane
             shift = kb.select(kb.binary("eq", m_new, c(-math.inf)), c(0.0), m_new)
 
             def write_p(j0):
                 j = kb.binary("add", j0, l)
-                kb.if_(kb.binary("lt", j, Bc),
+                kb.if_(kb.binary("lt", j, n),
                        then=lambda: kb.store(Ss, [row, j], kb.unary("exp", kb.binary("sub", score(j), shift))) or [])
                 return []
-            kb.for_(0, Bc, 32, body=write_p)
-            psum = warp_reduce(kb, l, Bc, "add", lambda j: kb.load(Ss, [row, j]), accum)
+            kb.for_(0, n, 32, body=write_p)
+            psum = warp_reduce(kb, l, n, "add", lambda j: kb.load(Ss, [row, j]), accum)
 
             def keep():
                 alpha = kb.unary("exp", kb.binary("sub", m_old, shift))
@@ -185,16 +233,25 @@ def lower_attention(kop, name: str) -> KernelPlan:
             return []
         kb.for_(0, Br // W, 1, body=row_step)
         kb.barrier()  # P, α, m and ℓ are visible
-        pv = kb.mma(Ss, kb.subview(Vs, [k_slot, 0, 0], (Bc, Dv)), kb.fill((Br, Dv), accum, 0.0), accum=accum)
-        acc = kb.binary("add", kb.binary("mul", kb.frag_load(Al), acc), pv)
+        P = kb.subview(Ss, [0, 0], (Br, n))
+        new = []
+        for (c0, width, layout), a in zip(outs, acc):  # acc' = α ⊗ acc ⊕ P·V, chunk by chunk of columns
+            pv = kb.mma(P, kb.subview(Vs, [k_slot, 0, c0], (n, width)),
+                        kb.fill((Br, width), accum, 0.0, layout=layout), accum=accum, layout=layout)
+            new.append(kb.binary("add", kb.binary("mul", kb.frag_load(Al), a), pv))
         if stages == 1:
             kb.barrier()  # every lane is done with the K, V and P buffers before the next block's copies
-        return [acc]
-    acc, = kb.for_(0, nblk, 1, init=[kb.fill((Br, Dv), accum, 0.0)], body=key_block,
-                   prefetch=stages if s["async_copy"] else 0)
+        return new
+    acc = [kb.fill((Br, width), accum, 0.0, layout=layout) for _, width, layout in outs]
+    if nfull:
+        acc = kb.for_(0, nfull, 1, init=acc, body=lambda blk, *a: key_block(blk, a, Bc),
+                      prefetch=stages if s["async_copy"] else 0)
+    if tail:
+        acc = key_block(nfull, acc, tail)
     if stages > 1:
         kb.wait(0)  # retire the empty groups committed past the last block
-    kb.frag_store(kb.subview(O, [b, r0, 0], (Br, Dv)), kb.binary("div", acc, kb.frag_load(Ls)))  # rounded once
+    for (c0, width, layout), a in zip(outs, acc):  # O = acc ⊘ ℓ, rounded once into storage by the store
+        kb.frag_store(kb.subview(O, [b, r0, c0], (Br, width)), kb.binary("div", a, kb.frag_load(Ls)), layout=layout)
     func = kb.finish().body.first_op
     return KernelPlan(func.detach(), (Sq // Br, batch), lanes, [(batch, Sq, D), (batch, Sk, D), (batch, Sk, Dv)],
                       [(batch, Sq, Dv)])
@@ -210,22 +267,23 @@ def attention_cost(Sq, Sk, D, tile, *, Dv=None, heads=1, itemsize=2, accum_items
     """FlashAttention's cost with Q tiles of ``Br`` rows and K/V tiles of ``Bc`` rows.
 
     Shared memory: the buffers of :func:`lower_attention` — the Q tile; ``stages`` K and V
-    blocks (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α (the
+    blocks of ``min(Bc, Sk)`` rows (one with ``async_copy=False``); the Kᵀ tile; S/P in accum; per-row m, ℓ, α (the
     output accumulator and PV are register fragments, the butterflies warp shuffles). HBM: Q once,
     K and V once per Q tile, O once, whatever the number of stages. FLOPs, what the tile
-    interpreter counts (TILE-COUNT-4), per head and key block of ``Bc`` keys: the two ``mma``
+    interpreter counts (TILE-COUNT-4), per head and key block (``⌈Sk/Bc⌉`` of them, the last
+    partial when ``Bc`` does not divide ``Sk``): the two ``mma``
     (``2·Sq·Bc·(D + Dv)``); per score 6 lane operations (×scale in the max and again for p,
     the max fold, ⊖ shift, exp, the sum fold); per query row 324 lane operations of its warp
     (two butterflies of 5 × 32, and lane 0's ``m ⊖ shift``, ``exp``, ``α ⊗ ℓ``, ``⊕ Σp``); per accumulator element 2 (``α ⊗ acc ⊕ PV``); and at the end one
     division per output element. Loads overlap compute with ``async_copy`` and at least two
     stages."""
-    Br, Bc = tile[0], tile[1]
+    Br, Bc = tile[0], min(tile[1], Sk)
     Dv = D if Dv is None else Dv
     stages = stages if async_copy else 1
     smem = (Br * (D + padding) + stages * Bc * (D + Dv + 2 * padding) + D * (Bc + padding)) * itemsize \
         + (Br * (Bc + padding) + 3 * Br) * accum_itemsize
     elems = heads * (Sq * D + (Sq // Br) * Sk * (D + Dv) + Sq * Dv)
-    blocks = Sk // Bc
+    blocks = -(-Sk // Bc)  # the last one partial when Bc does not divide Sk
     flops = heads * (2 * Sq * Sk * (D + Dv) + 6 * Sq * Sk + Sq * blocks * (324 + 2 * Dv) + Sq * Dv)
     tiles = heads * (Sq // Br)
     return KernelCost(smem, elems * itemsize, flops, tiles,

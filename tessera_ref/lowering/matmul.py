@@ -67,7 +67,11 @@ from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
 from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
 
-__all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost"]
+__all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost", "REGISTERS"]
+
+#: the registers a lane the register-blocked tiles are sized for (an 8 × 8 micro-tile with its
+#: operands: two 256-lane blocks an SM); recorded on the kernel as ``launch.registers``
+REGISTERS = 128
 
 
 def matmul_dims(op) -> tuple:
@@ -303,6 +307,8 @@ def lower_matmul(kop, name: str) -> KernelPlan:
             kb.wait(0)  # retire the empty groups committed past the last K tile
     _epilogue(kb, acc, D, staged, m0, n0, storage, lanes, layout)
     func = kb.finish().body.first_op
+    if layout is not None:  # a target may hold the register micro-tile to REGISTERS a lane
+        func.attributes["launch.registers"] = REGISTERS
     grid = (M // BM, N // BN) + ((P,) if batch else ())
     return KernelPlan(func.detach(), grid, lanes, shapes[:-1], shapes[-1:])
 

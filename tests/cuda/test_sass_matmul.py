@@ -66,6 +66,7 @@ def test_the_exact_sgemm_main_loop_is_ffma_with_vector_shared_loads_and_16_byte_
 def test_the_sgemm_variants_stay_in_registers(name, fn, args, arch):
     k = _kernel(fn, args, arch)
     assert k.spill_stores == k.spill_loads == k.stack_bytes == 0 and _local_memory(k) == 0, (name, k)
+    assert k.registers <= BUDGET_REGISTERS, (name, k)  # __launch_bounds__(256, 2): the tile's register budget
     assert k.shared_bytes <= ARCH_LIMITS[arch].static_smem_per_block, (name, k)
     # the same fma chain on f32 registers (fp8 on sm_80 converts in software, whose loop may be
     # the "main loop" of the report: count the whole kernel)

@@ -124,8 +124,33 @@ def test_flash_attention_with_a_scale_and_a_block_that_does_not_divide():
     q = RNG.standard_normal((32, 16)).astype(np.float32)
     got, want, _, _ = lowered(lambda q: op.flash_attention(q, q, q, scale=0.3, block_k=16), q)
     assert_same_bits(got, want)
-    with pytest.raises(LoweringError, match="block_k"):
-        lowered(lambda q: op.flash_attention(q, q, q, block_k=12), q)
+
+
+@pytest.mark.parametrize("block_k, stages", [(12, 1), (12, 3), (20, 2), (64, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_last_partial_key_block_is_the_graphs_last_block(block_k, stages, causal):
+    """Sk = 40 keys in blocks of block_k: the last block holds Sk mod block_k keys (all 40
+    when block_k > Sk), as the Graph IR's online softmax blocks them — so the bits agree."""
+    q = RNG.standard_normal((2, 32, 16)).astype(np.float32)
+    k = (RNG.standard_normal((2, 40, 16)) * 3).astype(np.float32)
+    v = RNG.standard_normal((2, 40, 8)).astype(np.float32)
+    got, want, reports, program = lowered(
+        lambda q, k, v: op.flash_attention(q, k, v, causal=causal, block_k=block_k), q, k, v,
+        directives=dict(tile=(16, 64, 16), stages=stages))
+    assert_same_bits(got, want)
+    assert reports[0].findings == []
+    kop = _kernels(program)[0]
+    cost, counted = kernel_cost(kop), reports[0].counters
+    assert (cost.flops, cost.hbm_bytes, cost.smem_bytes) == (counted.flops, counted.hbm_bytes,
+                                                            shared_bytes(program.tile))
+    full, tail = divmod(40, block_k)
+    assert str(program.tile).count('"tessera.tile.mma"') == 2 * bool(full) + 2 * bool(tail)  # loop body, tail block
+
+
+def test_lanes_that_are_not_whole_warps_are_refused():
+    q = RNG.standard_normal((32, 16)).astype(np.float32)
+    with pytest.raises(LoweringError, match="48 lanes"):
+        lowered(lambda q: op.flash_attention(q, q, q, block_k=16), q, directives=dict(lanes=48))
 
 
 @pytest.mark.parametrize("fn,shapes,dtype,directives", [
@@ -198,3 +223,12 @@ def test_flash_attention_barriers_per_key_block(causal, stages, async_copy, per_
     tiles, blocks, rows = 2, 128 // 32, 32
     assert c.barriers == tiles * blocks * per_block
     assert c.shuffles == tiles * blocks * rows * 2 * 5  # per row and block: the max and the sum, 5 steps each
+
+
+def test_the_demos_attention_shape_lowers_with_its_graph_bits():
+    """The demo's flash attention: Sq = Sk = 288 in blocks of the default block_k = 64 (four
+    full blocks and one of 32 keys), Br fitted to 48 (SCHED-FIT-1)."""
+    q, k, v = ((RNG.standard_normal((2, 288, 32)) * s).astype(np.float32) for s in (1, 3, 1))
+    got, want, reports, program = lowered(lambda q, k, v: op.flash_attention(q, k, v), q, k, v)
+    assert_same_bits(got, want)
+    assert reports[0].findings == [] and list(_kernels(program)[0].attributes["tile"]) == [48, 64, 32]

@@ -63,6 +63,9 @@ from ...ir.fragment import layout_of, mma_sync
 from ...ir.types import IndexType, ScalarType, TensorType
 from ...numerics.tc import PREFIX as TC_PREFIX
 from .owned import Owned
+from .report import ARCH_LIMITS
+
+_REGISTER_FILE = min(lim.registers_per_sm for lim in ARCH_LIMITS.values())  # 32-bit registers per SM
 
 __all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem"]
 
@@ -273,9 +276,19 @@ class _Emitter:
                            if self.smem_bytes > SMEM_STATIC_LIMIT else "")
             launch += f"// dynamic shared memory: {self.smem_bytes} B{raise_limit}\n"
             self.emit("extern __shared__ __align__(16) unsigned char tsr_smem[];  // every alloc is carved out of it")
-        head = f'{launch}extern "C" __global__ void {attrs["sym_name"]}({", ".join(params)}) {{'
+        head = f'{launch}extern "C" __global__ void {self.launch_bounds()}{attrs["sym_name"]}({", ".join(params)}) {{'
         self.block(self.func.regions[0].entry)
         return "\n".join([head] + self.lines + ["}"])
+
+    def launch_bounds(self) -> str:
+        """``__launch_bounds__(lanes, blocks)`` for a kernel whose lowering sized its tile for a
+        register budget (``launch.registers``, with known lanes): ``blocks`` per SM leave each
+        thread at most that many registers. Nothing otherwise: ptxas then may use up to 255
+        (with ``lanes`` alone it caps a 128-lane kernel at 128 and spills the attention kernel)."""
+        regs = self.func.attributes.get("launch.registers")
+        if not (self.lanes and regs):
+            return ""
+        return f"__launch_bounds__({self.lanes}, {max(1, _REGISTER_FILE // (self.lanes * regs))}) "
 
     def block(self, block) -> None:
         for op in block:

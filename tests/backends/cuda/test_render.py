@@ -20,6 +20,7 @@ SHIM = r"""
 struct tsr_dim3 { long x, y, z; };
 extern tsr_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #define __global__
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 typedef float __half;
@@ -69,6 +70,15 @@ def _program(fn, *args, **directives):
 
 
 A = np.ones((64, 64), np.float32)
+
+
+def test_launch_bounds_hold_a_register_blocked_matmul_to_its_register_budget():
+    """A register-blocked matmul records 128 registers a lane (launch.registers), so 256 lanes
+    ask for 65,536 / (256 · 128) = 2 blocks an SM; kernels without a budget get no bounds."""
+    mm = inspect(_program(lambda a, b: op.matmul(a, b), A, A, tile=(64, 64, 8), lanes=256), "target")
+    assert 'extern "C" __global__ void __launch_bounds__(256, 2) ' in mm
+    sm = inspect(_program(lambda x: op.softmax(x), A), "target")
+    assert "__launch_bounds__" not in sm and 'extern "C" __global__ void _lambda_' in sm
 
 
 def test_matmul_target_text_is_labelled_and_has_the_pipeline():

@@ -83,8 +83,8 @@ def bad_broadcast(a, b):
     return a + b  # LOWER-FAMILY bad broadcast
 
 
-def bad_block(q):
-    return op.flash_attention(q, q, q, block_k=12)  # LOWER-FAMILY bad block
+def bad_lanes(q):
+    return op.flash_attention(q, q, q, block_k=12)  # LOWER-FAMILY bad lanes
 
 
 @clause("LOWER-FAMILY-1")
@@ -101,7 +101,7 @@ def bad_block(q):
     (bad_axes, [np.ones((5, 7, 3), np.float32)], None, "bad axes", "tensor<5x7x3xf32>"),
     (bad_broadcast, [np.ones((5, 1), np.float32), np.ones((5, 7), np.float32)], None, "bad broadcast",
      "tensor<5x1xf32>"),
-    (bad_block, [np.ones((32, 16), np.float32)], None, "bad block", "block_k"),
+    (bad_lanes, [np.ones((32, 16), np.float32)], dict(lanes=48), "bad lanes", "48 lanes"),
 ])
 def test_anything_else_is_a_lowering_error_naming_op_types_and_line(backend, fn, args, directives, marker, types):
     with pytest.raises(LoweringError, match=line_of(__file__, f"# LOWER-FAMILY {marker}")) as info:

@@ -42,7 +42,7 @@ def test_each_kernel_is_a_global_function_of_the_formats_c_type(backend, fmt):
     names = [f.attributes["sym_name"] for f in tile_funcs(program)]
     assert len(names) == 5 and text.count("__global__ void") == 5
     for name in names:
-        assert re.search(rf"__global__ void {name}\(const {CTYPE[fmt]}\* ", text), name
+        assert re.search(rf"__global__ void (__launch_bounds__\(\d+(, \d+)?\) )?{name}\(const {CTYPE[fmt]}\* ", text), name
     for call in ("tsr_exp(", "tsr_rsqrt(", "tsr_max(", "__syncthreads()", "tsr_cp_async<", "tsr_cp_async_commit()",
                  "tsr_cp_async_wait<"):
         assert call in text, call
@@ -95,8 +95,8 @@ def test_shared_buffers_are_carved_out_of_one_dynamic_array(backend, padding):
             size = int(np.prod(t.shape[:-1])) * (t.shape[-1] + o.attributes["pad"]) * t.dtype.itemsize
             top += -(-size // 128) * 128
         name = func.attributes["sym_name"]
-        head = text[:text.index(f"void {name}(")].rsplit("\n\n", 1)[-1]
-        body = text[text.index(f"void {name}("):].split("\n}\n", 1)[0]
+        at = re.search(rf"void (__launch_bounds__\([\d, ]+\) )?{name}\(", text).start()
+        head, body = text[:at].rsplit("\n\n", 1)[-1], text[at:].split("\n}\n", 1)[0]
         assert (f"// dynamic shared memory: {top} B" in head) == bool(allocs), name
         assert ("unsigned char tsr_smem[];" in body) == bool(allocs)
         assert [int(o) for o in re.findall(r"reinterpret_cast<\w+\*>\(tsr_smem \+ (\d+)\)", body)] == placed
@@ -106,6 +106,7 @@ STUB = r'''
 #pragma once
 #include <cmath>
 #define __global__
+#define __launch_bounds__(...)
 #define __shared__
 #define __align__(n) __attribute__((aligned(n)))
 #define __restrict__ __restrict
