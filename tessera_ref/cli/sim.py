@@ -7,6 +7,7 @@ import sys
 from ..errors import SimError
 from ..runner import run_path
 from ..sim import Machine, last_used, preset_card, presets_table, use
+from .jsonout import add_json_option, emit, prints_to_stderr
 from .script import add_traceback_option, output_problem, report_error, script_problem
 
 __all__ = ["add_parser", "run"]
@@ -27,6 +28,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--preset", help=f"the hardware preset (default {DEFAULT_PRESET}); see --presets")
     p.add_argument("--devices", type=int, help="number of devices (default: one NVLink domain of the preset)")
     p.add_argument("--trace", metavar="OUT.json", help="write the timeline as a Chrome trace (open in ui.perfetto.dev)")
+    add_json_option(p, "the machines' numbers (Machine.summary())")
     add_traceback_option(p)
     return p
 
@@ -53,17 +55,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"tessera-ref sim: {problem}", file=sys.stderr)
         return 2
     status, error, namespace = 0, None, None
-    with use(machine):
+    with use(machine), prints_to_stderr(args.json):
         try:
             namespace = run_path(args.file)  # kept until the report: "HBM live" = what the script holds at its end
         except Exception as e:  # noqa: BLE001 - the report still prints; the error follows it
             status, error = 1, e
     machines = [m for m in dict.fromkeys([machine, last_used()]) if m is not None and _recorded(m)] or [machine]
-    for m in machines:
-        print(m.report())
+    if not args.json:
+        for m in machines:
+            print(m.report())
     if args.trace:
         machines[-1].save_trace(args.trace)
-        print(f"\ntrace of {machines[-1]!r} written to {args.trace} (open it in https://ui.perfetto.dev)")
+        print(f"\ntrace of {machines[-1]!r} written to {args.trace} (open it in https://ui.perfetto.dev)",
+              file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        emit("sim", {"file": args.file, "machines": [m.summary().as_dict() for m in machines],
+                     "trace": args.trace,
+                     "error": None if error is None else {"type": type(error).__name__, "message": str(error)}})
     if error is not None:
         print(file=sys.stderr)
         report_error(error, args.traceback)

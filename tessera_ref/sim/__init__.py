@@ -10,6 +10,7 @@ and a text report. ``with sim.use(machine):`` makes a machine current; the simul
 ``sim.machine`` is the convenience function :func:`~tessera_ref.sim.active.machine` (it
 shadows the submodule of the same name as an attribute; import ``Machine`` from the package).
 """
+from .analysis import SCHEMA, AxisSummary, DeviceSummary, MachineSummary, summarize
 from .active import current, is_paused, last_used, machine, paused, report, use
 from .collectives import ALGORITHMS, CollectiveCost, alpha_beta, collective_cost, tier_of
 from .machine import Machine
@@ -24,4 +25,5 @@ __all__ = [
     "MemoryAccountant", "Allocation", "WARN_FRACTION",
     "ALGORITHMS", "CollectiveCost", "alpha_beta", "collective_cost", "tier_of",
     "Roofline", "roofline", "peak_key", "Event", "Timeline",
+    "MachineSummary", "DeviceSummary", "AxisSummary", "summarize", "SCHEMA",
 ]
