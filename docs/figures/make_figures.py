@@ -26,7 +26,7 @@ def main() -> None:
                            (2, "Wo", (demo.HEADS * 64, demo.HEADS * 64), dist.ShardSpec(("row",), ("tp",)))))
         demo.tp_block(x, Wqkv, Wo)
         demo.loss_gradients(x)(Wqkv, Wo)
-    for name, path in sim.plot(machine, HERE).items():
+    for name, path in sim.plot(machine, HERE, figures=("timeline", "roofline")).items():
         os.replace(path, os.path.join(HERE, f"demo_{name}.png"))
         print("wrote", os.path.join("docs", "figures", f"demo_{name}.png"))
 

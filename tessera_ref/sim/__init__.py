@@ -9,14 +9,14 @@ and a text report. ``with sim.use(machine):`` makes a machine current; the simul
 
 ``sim.machine`` is the convenience function :func:`~tessera_ref.sim.active.machine` (it
 shadows the submodule of the same name as an attribute; import ``Machine`` from the package);
-likewise ``sim.plot`` is :func:`~tessera_ref.sim.plot.plot` (matplotlib figures, SIM-PLOT-1).
+``sim.plot`` is :func:`~tessera_ref.sim.figures.plot` (matplotlib figures, SIM-PLOT-1).
 """
 from .analysis import SCHEMA, AxisSummary, DeviceSummary, MachineSummary, summarize
 from .active import current, is_paused, last_used, machine, paused, report, use
 from .collectives import ALGORITHMS, CollectiveCost, alpha_beta, collective_cost, tier_of
 from .machine import Machine
 from .memory import WARN_FRACTION, Allocation, MemoryAccountant
-from .plot import plot
+from .figures import plot
 from .presets import PRESETS, Link, MemoryTier, Preset, get_preset, preset_card, presets_table
 from .roofline import Roofline, peak_key, roofline
 from .timeline import Event, Timeline

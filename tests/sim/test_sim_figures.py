@@ -9,7 +9,7 @@ import pytest
 from tessera_ref import sim
 from tessera_ref.errors import SimError
 from tessera_ref.sim import Machine
-from tessera_ref.sim.plot import memory_figure, roofline_figure, roofline_points, timeline_figure
+from tessera_ref.sim.figures import memory_figure, roofline_figure, roofline_points, timeline_figure
 
 MIB = 1 << 20
 PNG = b"\x89PNG\r\n\x1a\n"
