@@ -155,8 +155,9 @@ def _collectives(machine) -> list:
     return lines
 
 
-def main(trace: str | None = None) -> int:
-    """Run the demo; ``trace``: also write the simulated timeline there (a Chrome trace)."""
+def main(trace: str | None = None, record: dict | None = None) -> int:
+    """Run the demo; ``trace``: also write the simulated timeline there (a Chrome trace);
+    ``record``: a dict that receives the results as data (``tessera-ref demo --json``)."""
     clock = _Clock()
     machine = sim.machine("GB200-NVL72", devices=72)
     batch, seq, width = 4, 288, HEADS * 64
@@ -194,15 +195,16 @@ def main(trace: str | None = None) -> int:
         for name, (policy, small) in small_blocks.items():
             print(f"   a 4 x 18 x 72 block, {name}: "
                   f"{_difference(tp_block(*small).numpy(), _one_device(attention_block, small, policy))}")
-        print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): "
-              f"{hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()}")
+        digest = hashlib.sha256(np.ascontiguousarray(result).tobytes()).hexdigest()
+        print(f"   SHA-256 of the output ({result.dtype}, {result.shape}): {digest}")
     print(clock.lap())
 
     print("5. the backward pass: grad(mean(block(x)**2)) with respect to Wqkv and Wo, on the mesh", flush=True)
     with sim.use(machine):
         step = loss_gradients(x)
         gWqkv, gWo = step(Wqkv, Wo)
-    print("   " + autodiff.communication_plan(step).replace("\n", "\n   "))
+    plan = autodiff.communication_plan(step)
+    print("   " + plan.replace("\n", "\n   "))
     print(f"   gWqkv {gWqkv.type}, gWo {gWo.type}: the weights' layouts")
     with sim.paused():
         for name, (policy, small) in small_blocks.items():
@@ -223,6 +225,9 @@ def main(trace: str | None = None) -> int:
     print("7. the simulated machine's report of what ran on it: the forward pass of 2. and the training step "
           "of 5. (forward and backward):\n")
     print(machine.report())
+    if record is not None:
+        record.update(output={"dtype": str(result.dtype), "shape": list(result.shape), "sha256": digest},
+                      machine=machine.summary().as_dict(), communication_plan=plan.as_dict())
     if trace:
         path = os.path.abspath(trace)
         machine.save_trace(path)

@@ -170,6 +170,11 @@ class MemoryWarning(UserWarning):
     per device); the message names the device, the bytes, the percentage and the tensor."""
 
 
+class AutotuneWarning(UserWarning):
+    """An autotuning space that explores nothing: a parameter whose values give the same
+    kernel and launch (the kernel never reads it); the message names it and the kernel."""
+
+
 class KernelError(TesseraError, ValueError):
     """A ``@kernel`` body or a Tile IR program is malformed (unsupported syntax, a type
     mismatch, a lane-varying loop bound); the message names the kernel's source line."""

@@ -37,9 +37,16 @@ def test_scipy_is_a_test_dependency_only_because_no_package_module_imports_it():
 
 def test_every_third_party_import_of_the_package_is_a_dependency_or_optional():
     imported = _imported_top_level_modules(ROOT / "tessera_ref") - set(sys.stdlib_module_names) - {"tessera_ref"}
-    # imported lazily for optional features: cupy (GPU backend), pytest (the conformance extra)
-    declared = _requirement_names(PROJECT["dependencies"]) | {"cupy", "pytest", "tessera_conformance"}
+    # imported lazily for optional features: cupy (GPU backend), pytest (the conformance extra),
+    # matplotlib (the plot extra)
+    declared = _requirement_names(PROJECT["dependencies"]) | {"cupy", "pytest", "tessera_conformance", "matplotlib"}
     assert imported <= declared, imported - declared
+
+
+def test_matplotlib_is_the_plot_extra_and_a_test_dependency():
+    assert "matplotlib" not in _requirement_names(PROJECT["dependencies"])
+    assert "matplotlib" in _requirement_names(PROJECT["optional-dependencies"]["plot"])
+    assert "matplotlib" in _requirement_names(PROJECT["optional-dependencies"]["test"])  # plot tests run in CI
 
 
 def test_the_license_file_and_spdx_expression():

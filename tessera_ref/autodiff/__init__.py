@@ -15,10 +15,10 @@ import types
 
 from ..frontend import pytree
 from . import effects
-from .plan import communication_plan
+from .plan import CommunicationPlan, PlannedCollective, communication_plan
 from .transforms import AutodiffFunction, Transformed, autodiff as _decorator, grad, jvp, value_and_grad, vjp
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "AutodiffFunction", "Transformed", "communication_plan",
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "AutodiffFunction", "Transformed", "communication_plan", "CommunicationPlan", "PlannedCollective",
            "effects", "pytree"]
 
 

@@ -23,6 +23,7 @@ from ..ir import FUNC, Module, Operation, TensorType
 from ..ir.launch import Launch
 from ..lowering import autotune, pipeline
 from ..ops.execute import bind_arguments, call_of, evaluate
+from ..ops.pricing import price
 from ..ops.values import Trace, Tracer
 
 __all__ = ["Backend", "Communicator", "Launch"]
@@ -113,7 +114,7 @@ class Backend(abc.ABC):
                                     lambda op, values: sharded_step(op, values, dist.mesh))
             bind_arguments(func, args)
             return evaluate(block, dict(zip(block.args, (np.asarray(a) for a in args))),
-                            lambda op, values: self.run_op(call_of(op), *values))
+                            lambda op, values: _priced(self.run_op, call_of(op), values))
 
     def run_program(self, program, arrays, *, checks: bool = False, counters: bool = True,
                     preset: str = "H100") -> tuple:
@@ -175,3 +176,10 @@ class Backend(abc.ABC):
     def autotune(self, variants, problem: dict, preset="H100", **options):
         """Pick the best of ``variants`` of a kernel (:func:`tessera_ref.lowering.autotune.autotune_kernel`)."""
         return autotune.autotune_kernel(variants, problem, preset, **options)
+
+
+def _priced(run_op, call, values) -> tuple:
+    """``run_op(call, *values)``, then the op priced on the current simulated machine (SIM-ACT-2)."""
+    results = run_op(call, *values)
+    price(call)
+    return results

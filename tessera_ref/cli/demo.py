@@ -5,6 +5,7 @@ import argparse
 import sys
 
 from ..demo import main
+from .jsonout import add_json_option, emit, prints_to_stderr
 from .script import output_problem
 
 __all__ = ["add_parser", "run"]
@@ -15,13 +16,20 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the main job: a tensor-parallel block on a simulated 72-GPU GB200 NVL72")
     p.add_argument("--trace", metavar="OUT.json",
                    help="also write the simulated timeline as a Chrome trace (open it in ui.perfetto.dev)")
+    add_json_option(p, "the results (the output's SHA-256, the machine's numbers, the backward's communication plan)")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run :func:`tessera_ref.demo.main` (``--trace``: also write its Chrome trace, checked first)."""
+    """Run :func:`tessera_ref.demo.main` (``--trace``: also write its Chrome trace, checked first;
+    ``--json``: its results as one JSON document, the demo's text on stderr)."""
     problem = args.trace and output_problem(args.trace)
     if problem:
         print(f"tessera-ref demo: {problem}", file=sys.stderr)
         return 2
-    return main(args.trace)
+    record: dict = {}
+    with prints_to_stderr(args.json):
+        status = main(args.trace, record)
+    if args.json:
+        emit("demo", record)
+    return status

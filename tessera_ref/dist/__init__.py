@@ -28,6 +28,7 @@ from .mesh import Mesh, default_shape, mesh
 from .redistribute import redistribute
 from .spec import PARTITION_NAMES, ShardSpec
 from .tensor import DistTensor, from_shards, tensor
+from .visualize import visualize
 
 #: The seeds' ``dist.collective.reduce_scatter(...)`` spelling of the collectives.
 collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter,
@@ -36,4 +37,4 @@ collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduc
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
            "all_to_all", "permute", "send", "recv", "check_pending", "mailbox_scope", "collective", "REDUCE_OPS",
-           "run_sharded", "listen", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
+           "run_sharded", "listen", "visualize", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]

@@ -257,7 +257,8 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         if init not in ("randn", "rand"):
             raise LayoutError(f"unknown init {init!r}", fix="use init='randn' or init='rand'")
         draw = randn if init == "randn" else rand
-        values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
+        with sim.paused():  # the host draws the global values; the machine charges only their shards
+            values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
     else:
         values = np.asarray(data)
         if values.shape != shape:

@@ -6,7 +6,11 @@ Two entry points share one sweep engine (:func:`sweep`):
   (``kernel.tune(problem)`` calls it). Each configuration's Tile IR is checked for its static
   shared memory against the preset's per-block limit (over it: rejected, with the bytes and
   the limit, never run), then run once in the tile interpreter without checkers on copies of
-  the arguments; its cost is the roofline time of the counted FLOPs and HBM bytes.
+  the arguments; its cost is the roofline time of the counted FLOPs and HBM bytes. The
+  winner is then run once more with the checkers on: a configuration with findings (a race,
+  an out-of-bounds access ...) is rejected and the next fastest is checked (LOWER-TUNE-4). A
+  space parameter on which neither the kernel's Tile IR nor its launch depends is an
+  :class:`~tessera_ref.errors.AutotuneWarning` naming it (LOWER-TUNE-5).
 - :func:`autotune_schedule` — schedule directives for one op of a Graph IR function
   (tile shapes, stages, padding ...): each configuration is fitted to the op
   (SCHED-FIT-1) and priced by :mod:`.cost` without running anything.
@@ -25,12 +29,13 @@ import itertools
 import json
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import context
-from ..errors import AutotuneError, TesseraError
+from ..errors import AutotuneError, AutotuneWarning, TesseraError, user_location
 from ..ir import Module, Operation
 from ..ir import schedule as S
 from ..ir import tile as T
@@ -42,7 +47,7 @@ from .family import family_of
 from .graph_to_schedule import graph_to_schedule
 
 __all__ = ["Trial", "AutotuneResult", "sweep", "autotune_kernel", "autotune_schedule", "shared_bytes",
-           "cache_path", "clear_cache"]
+           "cache_path", "clear_cache", "unused_parameters"]
 
 _MEMORY: dict = {}
 
@@ -122,10 +127,12 @@ def _jsonable(config: dict) -> dict:
 
 
 def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: bool = True,
-          label: str | None = None) -> AutotuneResult:
+          label: str | None = None, verify=None) -> AutotuneResult:
     """Run ``evaluate(config) -> (seconds, details)`` over ``configs`` (it raises
     :class:`Rejected` to reject one) and return the best; see the module docstring. ``key``
-    identifies the problem in the cache, ``label`` names it in the progress lines."""
+    identifies the problem in the cache, ``label`` names it in the progress lines.
+    ``verify(config) -> reason or None``, if given, vets the fastest accepted configurations
+    in order: the first it passes is the best; each it fails is rejected with its reason."""
     configs = [dict(c) for c in configs]
     if not configs:
         raise AutotuneError("the autotuning space is empty", fix="give every parameter at least one value")
@@ -149,12 +156,20 @@ def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: 
         if progress:
             what = f"{trial.seconds * 1e6:.3f} us" if trial.reason is None else f"rejected: {trial.reason}"
             print(f"[autotune] {label or key} {i}/{len(configs)} {_fmt(config)}: {what}", file=sys.stderr)
-    accepted = [t for t in trials if t.reason is None]
-    if not accepted:
+    best = None
+    for trial in sorted((t for t in trials if t.reason is None), key=lambda t: t.seconds):  # stable: space order
+        problem = verify(trial.config) if verify is not None else None
+        if problem is None:
+            best = trial.config
+            break
+        trial.details["seconds_unchecked"], trial.seconds, trial.reason = trial.seconds, None, problem
+        if progress:
+            print(f"[autotune] {label or key} {_fmt(trial.config)}: rejected with the checkers on: {problem}",
+                  file=sys.stderr)
+    if best is None:
         reasons = "; ".join(f"{_fmt(t.config)}: {t.reason}" for t in trials)
         raise AutotuneError(f"every configuration was rejected on {preset_name}: {reasons}",
-                            fix="add smaller tiles or fewer stages to the space")
-    best = min(accepted, key=lambda t: t.seconds).config
+                            fix="add smaller tiles or fewer stages to the space, and fix what the checkers found")
     record = {"best": best, "trials": [t.__dict__ for t in trials]}
     _MEMORY[full_key] = record
     if cache:
@@ -235,15 +250,70 @@ def autotune_kernel(variants, problem: dict, preset="H100", *, progress: bool = 
         return report.roofline.time, {"flops": c.flops, "hbm_bytes": c.hbm_bytes, "smem_bytes": smem,
                                       "smem_wavefronts": c.smem_wavefronts}
 
+    def verify(config):
+        """The first error the checkers find in ``config``'s run, or None (warnings are kept
+        in the trial's details, not rejected)."""
+        _, kernel = by_config[json.dumps(_jsonable(config), sort_keys=True, default=str)]
+        try:
+            report = oracle.launch(Launch(module_of(kernel), None, pick(problem["grid"], config),
+                                          pick(problem.get("lanes", 128), config), _copy_args(problem["args"]),
+                                          checks=True, counters=False, preset=preset, on_error="collect"))
+        except TesseraError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        errors = [f for f in report.findings if f.kind != "warning"]
+        return f"{len(errors)} checker finding(s), first: {errors[0]}" if errors else None
+
     name = getattr(variants[0][1], "name", "kernel")
+    for parameter, values in unused_parameters(variants, problem):
+        _warn_unused(name, parameter, values)
     source = hashlib.sha256(str(module_of(variants[0][1])).encode()).hexdigest()[:16]
     key = problem.get("key") or json.dumps([name, source, _describe_args(problem["args"]),
                                             repr(problem["grid"]) if not callable(problem["grid"]) else "f(config)",
-                                            repr(problem.get("lanes", 128)), getattr(screen, "key", None)])
+                                            repr(problem.get("lanes", 128)), getattr(screen, "key", None),
+                                            "winner checked"])  # results cached before LOWER-TUNE-4 do not apply
     result = sweep([c for c, _ in variants], evaluate, key=key, preset=preset, progress=progress, cache=cache,
-                   label=name)
+                   label=name, verify=verify)
     result.best_variant = by_config[json.dumps(result.best, sort_keys=True, default=str)][1]
     return result
+
+
+def unused_parameters(variants, problem: dict) -> list:
+    """``[(parameter, values)]``: the space parameters with two or more values on which
+    nothing depends — among configurations that differ only in it, the Tile IR text and the
+    launch (grid, lanes) are the same (LOWER-TUNE-5)."""
+    def launch_of(config, kernel):
+        try:
+            launch = tuple(repr(v(config) if callable(v) else v) for v in (problem.get("grid"), problem.get("lanes", 128)))
+        except Exception:  # noqa: BLE001 - a launch that fails to compute is not "the same"; the sweep reports it
+            launch = (id(config),)
+        return (str(kernel if isinstance(kernel, Module) else kernel.module), *launch)
+
+    signatures = [(_jsonable(c), launch_of(c, k)) for c, k in variants]
+    unused = []
+    for parameter in signatures[0][0]:
+        values = list(dict.fromkeys(json.dumps(c[parameter], default=str) for c, _ in signatures))
+        if len(values) < 2:
+            continue
+        groups: dict = {}
+        for config, signature in signatures:
+            rest = json.dumps({k: v for k, v in config.items() if k != parameter}, sort_keys=True, default=str)
+            groups.setdefault(rest, set()).add(signature)
+        if all(len(g) == 1 for g in groups.values()):
+            unused.append((parameter, [json.loads(v) for v in values]))
+    return unused
+
+
+def _warn_unused(kernel: str, parameter: str, values: list) -> None:
+    message = AutotuneWarning(
+        f"autotune space parameter {parameter!r} of kernel {kernel!r} changes nothing: for every value {values} "
+        f"the kernel's Tile IR and its launch (grid, lanes) are the same, so the kernel body never reads it and "
+        f"the sweep runs the same kernel {len(values)} times - read {parameter} in the kernel body or in the "
+        f"problem's grid/lanes, or drop it from the space")
+    filename, _, line = (user_location() or "").rpartition(":")
+    if filename and line.isdigit():
+        warnings.warn_explicit(message, AutotuneWarning, filename, int(line))
+    else:
+        warnings.warn(message, stacklevel=3)
 
 
 # ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 from .. import context
 from ..errors import user_location
 from ..ir.types import ElementKind
+from .pricing import price
 from .primitive import Call, Primitive
 from .values import Array, Tracer, asarray, current_trace, is_weak_scalar
 
@@ -69,6 +70,7 @@ def bind(prim: Primitive, *operands, **attrs):
         out_types = prim.infer_types(attrs, in_types, location)
         call = Call(prim, attrs, in_types, out_types, location)
         values = context.backend().run_op(call, *[a.data for a in arrays])
+        price(call)
         results = [Array(v, t) for v, t in zip(values, out_types)]
     else:
         values = [trace.value_of(x, weak) for x in operands]

@@ -8,12 +8,15 @@ and a text report. ``with sim.use(machine):`` makes a machine current; the simul
 (``tessera_ref.dist``) records into :func:`current`.
 
 ``sim.machine`` is the convenience function :func:`~tessera_ref.sim.active.machine` (it
-shadows the submodule of the same name as an attribute; import ``Machine`` from the package).
+shadows the submodule of the same name as an attribute; import ``Machine`` from the package);
+``sim.plot`` is :func:`~tessera_ref.sim.figures.plot` (matplotlib figures, SIM-PLOT-1).
 """
+from .analysis import SCHEMA, AxisSummary, DeviceSummary, MachineSummary, summarize
 from .active import current, is_paused, last_used, machine, paused, report, use
 from .collectives import ALGORITHMS, CollectiveCost, alpha_beta, collective_cost, tier_of
 from .machine import Machine
 from .memory import WARN_FRACTION, Allocation, MemoryAccountant
+from .figures import plot
 from .presets import PRESETS, Link, MemoryTier, Preset, get_preset, preset_card, presets_table
 from .roofline import Roofline, peak_key, roofline
 from .timeline import Event, Timeline
@@ -24,4 +27,5 @@ __all__ = [
     "MemoryAccountant", "Allocation", "WARN_FRACTION",
     "ALGORITHMS", "CollectiveCost", "alpha_beta", "collective_cost", "tier_of",
     "Roofline", "roofline", "peak_key", "Event", "Timeline",
+    "MachineSummary", "DeviceSummary", "AxisSummary", "summarize", "SCHEMA", "plot",
 ]

@@ -17,6 +17,7 @@ from .devices import device_names as _device_names
 from .devices import resolve_device
 from .memory import Allocation, MemoryAccountant
 from .presets import get_preset
+from .analysis import MachineSummary, summarize
 from .summary import machine_report
 from .roofline import Roofline, roofline
 from .timeline import Event, Timeline
@@ -197,3 +198,7 @@ class Machine:
     def report(self, top: int = 10) -> str:
         """The text summary of :func:`~tessera_ref.sim.summary.machine_report`."""
         return machine_report(self, top=top)
+
+    def summary(self) -> MachineSummary:
+        """The report's numbers as data: :func:`~tessera_ref.sim.analysis.summarize` (SIM-SUMMARY-1)."""
+        return summarize(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .timeline import STREAMS
 from .units import GiB
 
-__all__ = ["chrome_trace"]
+__all__ = ["chrome_trace", "collective_flows"]
 
 
 def _us(seconds: float) -> float:
@@ -15,7 +15,8 @@ def chrome_trace(timeline, device_names: tuple, title: str) -> dict:
     """``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``: one process per
     device (``pid`` = device index, named by metadata events), one thread per stream (``tid``
     0 = compute, 1 = comm), one complete event (``ph: "X"``, ``ts``/``dur`` in µs) per op with
-    its facts in ``args``, and an ``HBM live`` counter (``ph: "C"``, GiB) per device."""
+    its facts in ``args``, the flows joining the ranks of each collective
+    (:func:`collective_flows`), and an ``HBM live`` counter (``ph: "C"``, GiB) per device."""
     events = []
     for d, name in enumerate(device_names):
         events.append({"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": name}})
@@ -25,7 +26,29 @@ def chrome_trace(timeline, device_names: tuple, title: str) -> dict:
     for e in timeline.events:
         events.append({"name": e.name, "cat": e.stream, "ph": "X", "ts": _us(e.start), "dur": _us(e.duration),
                        "pid": e.device, "tid": STREAMS.index(e.stream), "args": dict(e.args)})
+    events += collective_flows(timeline)
     for device, time, live in timeline.memory_samples:
         events.append({"name": "HBM live", "ph": "C", "ts": _us(time), "pid": device,
                        "args": {"GiB": live / GiB}})
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"machine": title}}
+
+
+def collective_flows(timeline) -> list:
+    """Flow events (``ph`` ``"s"``, ``"t"`` … ``"f"``, one ``id`` per group of one collective
+    call) joining the comm events of a collective's ranks in device order, each at the middle
+    of its rank's event and bound to it (``bp: "e"``), so Perfetto draws arrows from rank to
+    rank (SIM-TRACE-2). Point-to-point transfers and groups of one have none."""
+    groups: dict = {}  # (call, group) -> its events in device order
+    for e in timeline.events:
+        if e.stream == "comm" and "group" in e.args:
+            groups.setdefault((e.args["call"], e.args["group"]), []).append(e)
+    flows = []
+    for flow_id, members in enumerate(groups.values(), start=1):
+        members.sort(key=lambda e: e.device)
+        if len(members) < 2:
+            continue
+        for k, e in enumerate(members):
+            phase = "s" if k == 0 else "f" if k == len(members) - 1 else "t"
+            flows.append({"name": e.name, "cat": "collective", "ph": phase, "id": flow_id, "bp": "e",
+                          "ts": _us(e.start + e.duration / 2), "pid": e.device, "tid": STREAMS.index(e.stream)})
+    return flows

@@ -3,6 +3,7 @@ DP-sharded gradients equal the single-device gradient (bit for bit under
 ``reduction="exact"``, within a stated bound otherwise), a data-parallel loss gets its
 gradient all-reduced over dp, seed 004's TP GEMMs get their transposed collectives, the
 backward communication plan's bytes, the collectives' adjoint law and transposes."""
+import json
 import re
 import warnings
 
@@ -147,6 +148,21 @@ def test_the_communication_plan_counts_bytes_per_device_and_axis_on_abstract_ten
     weight = 1024 * 1024 * 2              # each weight gradient's block: 1024·4096/tp bf16, all-reduced over dp
     assert f"{gathered:,} B per device" in text and f"{weight:,} B per device" in text
     assert f"dp: {2 * weight:,} B, tp: {gathered:,} B" in text
+    # the same numbers as data (issue 19 item 3)
+    assert text.bytes_per_axis == {"dp": 2 * weight, "tp": gathered}
+    assert [(c.kind, c.axis, c.bytes_per_device) for c in text.collectives if c.axis == "dp"] == \
+        [("all_reduce", "dp", weight)] * 2
+    data = text.as_dict()
+    assert data["mesh"] == {"dp": 2, "tp": 4} and data["bytes_per_axis"] == {"dp": 2 * weight, "tp": gathered}
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_the_communication_plan_of_a_one_device_derivative_is_empty_data():
+    g = tr.grad(lambda w: op.sum(w * w))
+    g(np.ones((3,), np.float32))
+    plan = communication_plan(g)
+    assert str(plan) == "the derivative runs on one device: no communication"
+    assert plan.collectives == () and plan.bytes_per_axis == {} and plan.as_dict()["mesh"] is None
 
 
 def test_a_closure_over_a_distributed_tensor_needs_a_capturing_trace():

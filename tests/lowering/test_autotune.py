@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tessera_ref import kernel, op
-from tessera_ref.errors import AutotuneError
+from tessera_ref.errors import AutotuneError, AutotuneWarning
 from tessera_ref.ir import TensorType
 from tessera_ref.lowering import autotune as AT
 from tessera_ref.numerics import as_policy
@@ -114,3 +114,47 @@ def test_kernel_autotune_runs_the_variants_and_rejects_oversized_shared_memory(c
     assert "4/4" in capsys.readouterr().err
     assert not Y.any()  # the sweep ran on copies
     assert result.best_variant is not None and result.best["BM"] in (128, 256)
+
+
+RACY_FIRST = '''
+@kernel.autotune(space=dict(SHIFT=[1, 0]))
+def shifted(X: f32[m], Y: mut f32[m]):
+    s = tshared.alloc[f32](129)
+    l = tile.lane_id()
+    s[l] = X[l]
+    Y[l] = s[l + SHIFT]
+'''
+
+
+def test_the_winner_is_checked_and_a_racy_configuration_is_never_picked(capsys):
+    # SHIFT=1 reads the neighbour's element in the barrier phase it was written in: a race. Both
+    # configurations cost the same, so without the check the first in space order (racy) would win.
+    k = kernel.from_source(RACY_FIRST)
+    X = np.arange(128, dtype=np.float32)
+    Y = np.zeros(128, np.float32)
+    result = k.tune(dict(args=[X, Y], grid=1, lanes=128), cache=False)
+    assert result.best == {"SHIFT": 0}
+    racy = result.trials[0]
+    assert racy.config == {"SHIFT": 1} and racy.seconds is None and "race" in racy.reason
+    assert racy.details["seconds_unchecked"] == result.trials[1].seconds  # it ran, and was as fast
+    assert "rejected with the checkers on" in capsys.readouterr().err
+    assert not Y.any()  # the check ran on copies too
+
+
+def test_a_space_of_racy_configurations_only_is_an_error():
+    k = kernel.from_source(RACY_FIRST.replace("SHIFT=[1, 0]", "SHIFT=[1, 2]"))
+    with pytest.raises(AutotuneError, match="every configuration was rejected.*race"):
+        k.tune(dict(args=[np.zeros(128, np.float32), np.zeros(128, np.float32)], grid=1, lanes=128),
+               cache=False, progress=False)
+
+
+def test_a_space_parameter_the_kernel_never_reads_is_named():
+    k = kernel.from_source(RACY_FIRST.replace("SHIFT=[1, 0]", "SHIFT=[0], BM=[64, 128], WARPS=[1, 2]"))
+    args = [np.zeros(128, np.float32), np.zeros(128, np.float32)]
+    with pytest.warns(AutotuneWarning, match=r"parameter 'BM' of kernel 'shifted' changes nothing.*\[64, 128\]") as w:
+        k.tune(dict(args=args, grid=1, lanes=lambda c: 64 * c["WARPS"]), cache=False, progress=False)
+    assert len(w) == 1  # WARPS changes the launch: it is used, though the body never reads it
+    assert AT.unused_parameters(k.variants(), dict(args=args, grid=1, lanes=128)) == [("BM", [64, 128]),
+                                                                                       ("WARPS", [1, 2])]
+    # a parameter the body reads is used; one with a single value is never flagged
+    assert AT.unused_parameters(kernel.from_source(RACY_FIRST).variants(), dict(args=args, grid=1)) == []

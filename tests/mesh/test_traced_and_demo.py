@@ -124,8 +124,17 @@ def test_the_demo_runs_and_reports_what_it_checked(tmp_path):
     events = __import__("json").loads(trace.read_text())["traceEvents"]
     assert any(e.get("name") == "reduce_scatter[tp]" for e in events)
     digest = re.search(r"SHA-256 of the output \(float32, \(4, 288, 1152\)\): ([0-9a-f]{64})", text).group(1)
-    again = _run("demo", "--trace", str(tmp_path / "u.json"), env={"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "7"})
-    assert digest in again.stdout  # the same bits on every run, whatever the thread count
+    again = _run("demo", "--json", "--trace", str(tmp_path / "u.json"),
+                 env={"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "7"})
+    assert digest in again.stderr  # the same bits on every run, whatever the thread count
+    # --json: the results as data on stdout, the demo's text on stderr (SIM-CLI-2)
+    doc = __import__("json").loads(again.stdout)
+    assert doc["schema"] == "tessera-ref/demo/1" and doc["output"]["sha256"] == digest
+    assert doc["communication_plan"]["bytes_per_axis"] == {"dp": (1152 * 3456 + 1152 * 1152) * 4 // 9,
+                                                           "tp": 4 * 288 * 1152 * 4 // 4}
+    assert len(doc["machine"]["devices"]) == 72 and doc["machine"]["step_time_s"] > 0
+    assert {a["axis"]: a["calls"] for a in doc["machine"]["axes"]} == {
+        "tp": {"reduce_scatter": 2, "all_gather": 1}, "dp": {"all_reduce": 2}}
 
 
 def test_the_seeds_mesh_snippets_run():
