@@ -41,10 +41,14 @@ class Machine:
     communication overlaps independent compute (SIM-TL-5 … SIM-TL-8). Both schedules are
     always kept: :attr:`conservative_step_time` and :attr:`overlapped_step_time`; the flag
     picks the one the timeline, trace and :attr:`step_time` show.
+
+    ``efficiency=True`` charges compute at the achievable fractions of peak the preset states
+    per op class (SIM-ROOF-3; presets that state none are pure roofline either way);
+    ``efficiency=False`` is pure roofline on every preset.
     """
 
     def __init__(self, preset="GB200-NVL72", n_devices=None, device_names=None, launch_overhead: float = 0.0,
-                 overlap: bool = False):
+                 overlap: bool = False, efficiency: bool = True):
         self.preset = get_preset(preset)
         n = self.preset.devices_per_domain if n_devices is None else n_devices
         self.device_names = _device_names(n, device_names)
@@ -56,6 +60,10 @@ class Machine:
             raise SimError(f"overlap must be True or False, got {overlap!r}",
                            fix="pass overlap=True to let communication run under independent compute")
         self.overlap = overlap
+        if not isinstance(efficiency, bool):
+            raise SimError(f"efficiency must be True or False, got {efficiency!r}",
+                           fix="pass efficiency=False for pure roofline times")
+        self.efficiency = efficiency
         self.memory = MemoryAccountant(self.preset.hbm_capacity, self.device_names)
         # the schedule shown (the flag's) first, the other one kept for its step time
         self._schedules = (Scheduler(len(self.device_names), overlap), Scheduler(len(self.device_names), not overlap))
@@ -124,7 +132,7 @@ class Machine:
         for the roofline time (SIM-TL-2, SIM-ROOF-1); returns that
         :class:`~tessera_ref.sim.roofline.Roofline`."""
         indices = self._devices(devices)
-        r = roofline(cost, dtype, self.preset, self.launch_overhead)
+        r = roofline(cost, dtype, self.preset, self.launch_overhead, str(name) if self.efficiency else None)
         args = {"flops": cost[0], "bytes": cost[1], "dtype": r.peak_key, "bound": r.bound,
                 "location": location if location is not None else user_location()}
         for schedule in self._schedules:
