@@ -104,6 +104,11 @@ class Machine:
     def _schedule(self, overlap: bool) -> Scheduler:
         return next(s for s in self._schedules if s.overlap == overlap)
 
+    def timeline_of(self, overlap: bool):
+        """The timeline of the schedule with or without overlap (SIM-TL-8); ``timeline`` is
+        the one of the machine's own flag."""
+        return self._schedule(overlap).timeline
+
     def critical_path(self, overlap: bool | None = None) -> list:
         """The events on the critical path of the schedule shown (or of ``overlap``), first to
         last: each one's start was fixed by the one before it (SIM-TL-8)."""

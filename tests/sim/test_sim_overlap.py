@@ -134,13 +134,17 @@ def test_overlap_must_be_a_bool():
         Machine("H100", 2, overlap="yes")
 
 
-def test_the_report_shows_exposed_hidden_and_the_critical_path():
-    m = Machine("H100", 4, overlap=True)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_report_shows_exposed_hidden_and_the_critical_path(overlap):
+    """Whichever schedule the machine shows, the overlap section describes the overlapped one."""
+    m = Machine("H100", 4, overlap=overlap)
     _program(m, AR_HALF_MS, independent=True)
     text = m.report()
-    assert "step time 3.5 ms in program order, 3 ms with communication under independent compute" in text
+    assert ("step time 3.5 ms in program order (all communication exposed), 3 ms with communication under "
+            "independent compute; with overlap:") in text
     assert "cuda:0..3  0 / 502 us" in text
     assert "critical path: 3 ops on cuda:0, 3 ms compute + 0 communication + 0 waiting" in text
+    assert [e.name for e in m.critical_path(overlap=False)] == ["fwd", "all_reduce[dp]", "indep", "dep"]
 
 
 def _tp_step(a, b, c):
