@@ -5,6 +5,7 @@ Every expected time is worked out by hand from the H100 preset's numbers: bf16 p
 989.5 TFLOP/s (so 989.5 GFLOP take 1 ms), NVLink β = 450 GB/s and α = 1 µs, network
 β = 50 GB/s and α = 5 µs (SIM-HW-2), and the formulas of SIM-COLL-2.
 """
+import numpy as np
 import pytest
 
 from tessera_ref import dist, jit, sim
@@ -172,3 +173,70 @@ def test_the_mesh_tells_the_machine_what_each_op_reads_and_writes(traced):
     assert ar.start == mm1.end and mm2.start == mm1.end  # the second matmul runs under the all_reduce
     assert add.start == max(ar.end, mm2.end) and ar.end > mm2.end  # 2 µs of α alone outlast the small matmul
     assert m.overlapped_step_time == add.end < m.conservative_step_time
+
+
+def _random_program(rng, m, n_ops):
+    """Record ``n_ops`` random ops on ``m`` (16 H100s: two NVLink domains of 8, so groups may
+    run on either tier); returns, per op, (kind, groups, reads, writes, axis or None)."""
+    ops = []
+    next_value = [1]
+
+    def fresh():
+        next_value[0] += 1
+        return next_value[0]
+
+    for _ in range(n_ops):
+        reads = tuple(int(v) for v in rng.choice(range(1, next_value[0] + 1), size=rng.integers(0, 3)))
+        writes = (fresh(),)
+        if rng.random() < 0.5:
+            devs = sorted(int(d) for d in rng.choice(16, size=rng.integers(1, 5), replace=False))
+            m.record_compute(devs, "op", (float(rng.integers(1, 100)) * 1e9, int(rng.integers(0, 10**9))), "bf16",
+                             reads=reads, writes=writes)
+            ops.append(("compute", [tuple(devs)], reads, writes, None))
+        else:
+            axis = str(rng.choice(["tp", "dp", "sp"]))
+            size = int(rng.choice([2, 4]))
+            devs = [int(d) for d in rng.choice(16, size=2 * size, replace=False)]
+            groups = [tuple(sorted(devs[:size])), tuple(sorted(devs[size:]))]
+            m.record_collective(str(rng.choice(["all_reduce", "all_gather"])), groups, int(rng.integers(1, 10**7)),
+                                axis=axis, reads=reads, writes=writes)
+            ops.append(("comm", groups, reads, writes, axis))
+    return ops
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_programs_start_every_op_as_early_as_the_rules_allow(seed):
+    """Declarative check of SIM-TL-2 and SIM-TL-5 … SIM-TL-7 on random programs: each
+    event's start is exactly the latest of its constraints, read back from the events already
+    placed (program order: every earlier event of its devices; overlap: its lane, its link,
+    the values it reads), and the overlapped step is never longer."""
+    for overlap in (False, True):
+        rng = np.random.default_rng(seed)
+        m = Machine("H100", 16, overlap=overlap)
+        ops = _random_program(rng, m, 30)
+        events = iter(m.timeline.events)
+        placed = []  # (event, reads, writes)
+        for kind, groups, reads, writes, axis in ops:
+            for g in groups:
+                if kind == "comm" and len(g) < 2:
+                    continue
+                evs = [next(events) for _ in g]
+                assert [e.device for e in evs] == list(g)
+                bounds = []
+                for e in evs:
+                    before = [p for p, _, _ in placed if p.device == e.device]
+                    if not overlap:
+                        bounds.append(max([0.0] + [p.end for p in before]))
+                        continue
+                    same_lane = [p for p in before if (p.stream, p.lane) == (e.stream, e.lane)]
+                    same_link = [p for p in before if kind == "comm" and p.stream == "comm"
+                                 and p.args["tier"] == e.args["tier"]]
+                    writers = [p for p, _, w in placed if p.device == e.device and set(w) & set(reads)]
+                    bounds.append(max([0.0] + [p.end for p in same_lane + same_link + writers]))
+                if kind == "comm":  # a group starts together, at its latest member's bound
+                    bounds = [max(bounds)] * len(bounds)
+                assert [e.start for e in evs] == bounds
+                placed += [(e, reads, writes) for e in evs]
+        if overlap:
+            assert {e.lane for e in m.timeline.events if e.stream == "comm"} <= {0, 1, 2}
+        assert m.overlapped_step_time <= m.conservative_step_time
