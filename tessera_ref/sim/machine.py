@@ -137,6 +137,7 @@ class Machine:
         for the roofline time (SIM-TL-2, SIM-ROOF-1); returns that
         :class:`~tessera_ref.sim.roofline.Roofline`."""
         indices = self._devices(devices)
+        reads, writes = self._values(name, reads, writes)
         r = roofline(cost, dtype, self.preset, self.launch_overhead, str(name) if self.efficiency else None)
         args = {"flops": cost[0], "bytes": cost[1], "dtype": r.peak_key, "bound": r.bound,
                 "location": location if location is not None else user_location()}
@@ -156,6 +157,7 @@ class Machine:
         (SIM-TL-3). ``axis`` names the mesh axis for the report and picks the comm lane
         (SIM-TL-6). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost` per group."""
         groups = self._groups(groups, kind)
+        reads, writes = self._values(kind, reads, writes)
         costs = [collective_cost(kind, g, nbytes, self.preset, algorithm) for g in groups]
         location = location if location is not None else user_location()
         label = f"{kind}[{axis}]" if axis else kind
@@ -185,6 +187,7 @@ class Machine:
         destination (SIM-TL-5). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost`
         per message."""
         srcs, dsts = self._devices(src), self._devices(dst)
+        reads, writes = self._values(name, reads, writes)
         if len(srcs) != len(dsts):
             raise SimError(f"{name}: {len(srcs)} sources but {len(dsts)} destinations",
                            fix="pass one destination per source")
@@ -224,6 +227,21 @@ class Machine:
                 schedule.place(d, "comm", lane, label, span["start"], span["end"] - span["start"][0], args,
                                writes if d in received else (), tuple(sorted(span["tiers"])))
         return costs
+
+    @staticmethod
+    def _values(what: str, reads, writes) -> tuple:
+        """``reads`` and ``writes`` as tuples of value ids (hashable; SIM-TL-5)."""
+        out = []
+        for role, values in (("reads", reads), ("writes", writes)):
+            try:
+                values = tuple(values)
+                for v in values:
+                    hash(v)
+            except TypeError:
+                raise SimError(f"{what}: {role}= must be a sequence of value ids (ints or other hashable keys), "
+                               f"got {values!r}", fix=f"pass e.g. {role}=(1, 2), or leave it out") from None
+            out.append(values)
+        return tuple(out)
 
     def _next_call(self) -> int:
         self._calls += 1

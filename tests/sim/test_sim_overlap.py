@@ -130,9 +130,20 @@ def test_transfers_carry_dependencies():
     _close(_spans(m, 1), [("send/recv", 1 * MS, 1.011 * MS), ("early", 0, 1 * MS), ("consume", 1.011 * MS, 2.011 * MS)])
 
 
-def test_overlap_must_be_a_bool():
+def test_overlap_must_be_a_bool_and_values_hashable_ids():
     with pytest.raises(SimError, match="overlap must be True or False"):
         Machine("H100", 2, overlap="yes")
+    m = Machine("H100", 2, overlap=True)
+    with pytest.raises(SimError, match="reads= must be a sequence of value ids"):
+        m.record_compute([0], "op", BF16_1MS, "bf16", reads=5)
+    with pytest.raises(SimError, match="writes= must be a sequence of value ids"):
+        m.record_collective("all_reduce", [(0, 1)], 8, writes=[[1]])
+    assert m.timeline.events == []  # refused calls record nothing
+    # one-shot iterables serve both schedules (the overlapped one is placed second here)
+    m = Machine("H100", 2, overlap=False)
+    m.record_collective("all_reduce", [(0, 1)], 4_500_000, writes=(v for v in (1,)))  # α + n/β = 11 µs
+    m.record_compute([0], "dep", BF16_1MS, "bf16", reads=iter((1,)))
+    assert m.overlapped_step_time == m.conservative_step_time == pytest.approx(11 * US + 1 * MS)
 
 
 @pytest.mark.parametrize("overlap", [False, True])
