@@ -54,9 +54,7 @@ def test_fractions_scale_peak_and_bandwidth(backend):
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-@clause("SIM-TL-5")
-@clause("SIM-TL-6")
-@clause("SIM-TL-8")
+@clause("SIM-TL-5", "SIM-TL-6", "SIM-TL-8")
 def test_a_collective_runs_under_independent_compute(backend, overlap):
     """The all_reduce of a partial sum starts when its operand is ready; with overlap the
     matmul recorded after it, which reads other values, starts at the same time on the compute
