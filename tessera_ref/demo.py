@@ -179,7 +179,8 @@ def main(trace: str | None = None, record: dict | None = None) -> int:
 
     print("3. the collectives of the step on the simulated machine:")
     print("\n".join(_collectives(machine)))
-    print(f"   estimated step time on {machine.preset.name}: {machine.step_time * 1e6:.1f} us\n")
+    print(f"   estimated step time on {machine.preset.name}: {machine.step_time * 1e6:.1f} us")
+    print(f"   with communication under independent compute (SIM-TL-6): {machine.overlapped_step_time * 1e6:.1f} us\n")
 
     print("4. the bits against the same block on one device:", flush=True)
     with sim.paused():

@@ -100,17 +100,23 @@ def _require_rounded(x: DistTensor, local, what: str) -> None:
                               fix=f"dist.all_reduce(x, axis={x.layout.partial!r}) first")
 
 
-def _new(x: DistTensor, layout, local, shape=None) -> DistTensor:
+def _new(x: DistTensor, layout, local, shape=None, value: int | None = None) -> DistTensor:
+    """A tensor like ``x`` with ``layout`` and ``local``; its value id is ``value`` (what a
+    collective wrote) or, made without communication, ``x``'s (SIM-TL-5)."""
     ttype = TensorType(x.shape if shape is None else shape, x.policy, layout)
     if local is not None and not isinstance(local, ExactAccumulator):
         local = np.ascontiguousarray(local)
-    return DistTensor(ttype, x.mesh, local, x.name)
+    return events.bind(DistTensor(ttype, x.mesh, local, x.name), events.value_id(x) if value is None else value)
 
 
-def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) -> None:
-    """Tell the listeners (the active simulated machine) about the collective."""
+def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) -> int:
+    """Tell the listeners (the active simulated machine) about the collective; returns the id
+    of the value it writes."""
     groups = [tuple(x.mesh.devices[d] for d in g) for g in x.mesh.groups(axes)]  # by name: sub-meshes too
-    events.collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes))
+    wrote = events.fresh_id()
+    events.collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes),
+                      reads=(events.value_id(x),), writes=(wrote,))
+    return wrote
 
 
 def _comm(x: DistTensor):
@@ -170,7 +176,7 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
     if lay.partial_op != base:
         raise CollectiveError(f"all_reduce op={op!r} over {pending} of {x.type}: its pending reduction is "
                               f"{lay.partial_op!r}", fix=f"use op={lay.partial_op!r}")
-    _record("all_reduce", x, tuple(pending))
+    wrote = _record("all_reduce", x, tuple(pending))
     if x.local is None:
         local = None
     else:
@@ -183,7 +189,7 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
                 local = local.round(x.policy.accum)
             local = cast(divide_by_count(to_accum(local, x.policy.accum), x.mesh.axis_size(tuple(pending)),
                                           x.policy.accum), x.policy.storage, rounding=x.policy.rounding)
-    return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a not in pending)), local)
+    return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a not in pending)), local, value=wrote)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,9 +265,9 @@ def reduce_scatter(x, axis, dim=None, op: str = "sum") -> DistTensor:
             f"{axis!r} (it is replicated there), so nothing is reduced; it is only split along "
             f"dimension {dim}"))
         reduced = x
-    _record("reduce_scatter", x, (axis,))
+    wrote = _record("reduce_scatter", x, (axis,))
     new_layout, local = _scatter_dim(reduced, reduced.local, axis, dim, reduced.layout)
-    return _new(reduced, new_layout, local)
+    return _new(reduced, new_layout, local, value=wrote)
 
 
 def local_slice(x, axis: str, dim: int, padded: bool = False) -> DistTensor:
@@ -306,9 +312,9 @@ def all_gather(x, axis, dim=None) -> DistTensor:
                           f"{'+'.join(lay.dims[split_dim])} and {axis!r} is not the minor axis, so the "
                           f"gathered blocks would not be contiguous",
                           fix=f"gather {lay.dims[split_dim][-1]!r} first")
-    _record("all_gather", x, (axis,), x.nbytes_per_device * x.mesh.axis_size(axis))
+    wrote = _record("all_gather", x, (axis,), x.nbytes_per_device * x.mesh.axis_size(axis))
     new_layout, local = _gather_dim(x, x.local, axis, split_dim)
-    return _new(x, new_layout, local)
+    return _new(x, new_layout, local, value=wrote)
 
 
 def broadcast(x, axis, root: int = 0) -> DistTensor:
@@ -324,18 +330,18 @@ def broadcast(x, axis, root: int = 0) -> DistTensor:
     lay = x.layout
     if axis not in lay.varying_axes:
         return x
-    _record("broadcast", x, (axis,))
+    wrote = _record("broadcast", x, (axis,))
     _require_rounded(x, x.local, f"broadcast over {axis!r}")
     local = None if x.local is None else _comm(x).broadcast(x.local, axis, root)
     if axis in lay.partial:
-        return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a != axis)), local)
+        return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a != axis)), local, value=wrote)
     d = lay.dim_of(axis)
     if lay.dims[d] != (axis,):
         raise LayoutError(f"broadcast over {axis!r}: dimension {d} of {x.type} is split over several axes",
                           fix="gather the other axes first")
     shape = tuple(x.local_shape[d] if k == d else n for k, n in enumerate(x.shape))
     new_layout = lay.replace(dims=tuple(() if k == d else a for k, a in enumerate(lay.dims)))
-    return _new(x, new_layout, local, shape)
+    return _new(x, new_layout, local, shape, value=wrote)
 
 
 def all_to_all(x, axis, split_dim: int, concat_dim: int) -> DistTensor:
@@ -352,11 +358,11 @@ def all_to_all(x, axis, split_dim: int, concat_dim: int) -> DistTensor:
                               f"concat_dim={concat_dim}", fix="concat_dim is the dimension currently split over the axis")
     if split_dim == concat_dim:
         return x
-    _record("all_to_all", x, (axis,))
+    wrote = _record("all_to_all", x, (axis,))
     with sim.paused():
         gathered = all_gather(x, axis)
         new_layout, local = _scatter_dim(gathered, gathered.local, axis, split_dim, gathered.layout)
-    return _new(x, new_layout, local)
+    return _new(x, new_layout, local, value=wrote)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,9 +390,9 @@ def permute(x, axis, perm) -> DistTensor:
     if x.layout.partial and axis in x.layout.partial:
         raise CollectiveError(f"permute over {axis!r} of a pending reduction over {axis!r} ({x.type})",
                               fix="all_reduce first")
-    _record("permute", x, (axis,))
+    wrote = _record("permute", x, (axis,))
     if x.local is None:
-        return _new(x, x.layout, None)
+        return _new(x, x.layout, None, value=wrote)
     _require_rounded(x, x.local, f"permute over {axis!r}")
     out = _comm(x).permute(x.local, axis, pairs)
     lay = x.layout
@@ -397,7 +403,7 @@ def permute(x, axis, perm) -> DistTensor:
             raise CollectiveError(f"permute over {axis!r} of a tensor replicated over {axis!r} leaves some "
                                   "ranks without a value", fix="use a full permutation, or split the tensor first")
         return x
-    return _new(x, lay, out)
+    return _new(x, lay, out, value=wrote)
 
 
 class _Mailbox:
@@ -411,7 +417,7 @@ class _Mailbox:
     def pending(self) -> list:
         """``"<count> from <src>.. to <dst>.. (tag <t>) sent at <lines>"`` per pair with sends waiting."""
         return [f"{len(q)} from {k[0][2][0]}.. to {k[1][2][0]}.. (tag {k[2]}) sent at "
-                + ", ".join(dict.fromkeys(line or "?" for *_, line in q)) for k, q in self.queues.items() if q]
+                + ", ".join(dict.fromkeys(line or "?" for _, _, line, _ in q)) for k, q in self.queues.items() if q]
 
     def check(self) -> None:
         """A :class:`CollectiveError` naming the sends never received (which are then forgotten)."""
@@ -472,9 +478,11 @@ def send(x, dst: Mesh, *, tag: int = 0) -> None:
     if set(dst.devices) & set(x.mesh.devices):
         raise CollectiveError(f"send from {x.mesh!r} to {dst!r}: the sub-meshes share devices",
                               fix="send between disjoint sub-meshes")
-    events.transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device)
+    wrote = events.fresh_id()
+    events.transfer(list(x.mesh.devices), list(dst.devices), x.nbytes_per_device, reads=(events.value_id(x),),
+                    writes=(wrote,))
     posted = _comm(x).send(x.local, dst, tag)
-    _mailbox().queues[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append((x, posted, user_location()))
+    _mailbox().queues[(_mesh_key(x.mesh), _mesh_key(dst), tag)].append((x, posted, user_location(), wrote))
 
 
 def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
@@ -492,8 +500,9 @@ def recv(src: Mesh, dst: Mesh, *, tag: int = 0) -> DistTensor:
                               f"recv would wait forever" + (f"; pending sends: {waiting}" if waiting else ""),
                               fix="call dist.send(x, dst) on the source sub-mesh first (same tag, same thread "
                                   "and dist.mailbox_scope)")
-    x, posted, _ = queue.popleft()
-    return DistTensor(x.type, dst, context.backend().communicator(dst).recv(posted, src, tag), x.name)
+    x, posted, _, wrote = queue.popleft()
+    return events.bind(DistTensor(x.type, dst, context.backend().communicator(dst).recv(posted, src, tag), x.name),
+                       wrote)
 
 
 def check_pending() -> None:

@@ -130,15 +130,20 @@ def _local_types(moved) -> tuple:
     return tuple(TensorType(local_shape(x.shape, x.layout, x.mesh), x.type.policy) for x in moved)
 
 
-def _record_compute(prim, attrs, moved, out_types, layouts, location) -> None:
+def _record_compute(prim, attrs, moved, out_types, layouts, location) -> tuple:
+    """Tell the listeners about the op; returns the ids of the values it writes (one per
+    result), or () when nobody listens."""
     if not events.listeners():
-        return
+        return ()
     mesh = moved[0].mesh
     local_in = _local_types(moved)
     local_out = tuple(TensorType(local_shape(t.shape, lay, mesh), t.policy) for t, lay in zip(out_types, layouts))
     cost = prim.cost(Call(prim, attrs, local_in, local_out, location))
+    wrote = tuple(events.fresh_id() for _ in out_types)
     events.compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
-                   if local_out[0].element_kind is None else "f32", location=location)
+                   if local_out[0].element_kind is None else "f32", location=location,
+                   reads=tuple(events.value_id(x) for x in moved), writes=wrote)
+    return wrote
 
 
 def _movers() -> dict:
@@ -181,7 +186,7 @@ def apply(prim, operands, attrs, location):
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
         attrs = plan.local_attrs(attrs, _local_types(moved))
     require_memory([t.with_layout(lay) for t, lay in zip(out_types, layouts)], mesh, location)
-    _record_compute(prim, attrs, moved, out_types, layouts, location)
+    wrote = _record_compute(prim, attrs, moved, out_types, layouts, location)
     locals_ = _run_local(prim, attrs, moved, out_types, plan, location)
     results = []
     for t, lay, local in zip(out_types, layouts, locals_):
@@ -195,6 +200,8 @@ def apply(prim, operands, attrs, location):
                 local = local[tuple(slice(None) if w > 1 else slice(0, 1) for w in want)]
             local = np.ascontiguousarray(local)
         results.append(DistTensor(ttype, mesh, local))
+    for out, vid in zip(results, wrote):
+        events.bind(out, vid)
     return results[0] if len(results) == 1 else tuple(results)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..ir.redistribute import plan
 from . import collectives as coll
+from . import events
 from .spec import resolve_layout
 from .tensor import DistTensor, local_shape
 
@@ -39,8 +40,8 @@ def redistribute(x: DistTensor, layout) -> DistTensor:
 
 
 def _padded_as(x: DistTensor, padded: bool) -> DistTensor:
-    """``x`` with its layout's ``padded`` flag set: no data moves. Dropping the flag needs every
+    """``x`` with its layout's ``padded`` flag set: no data moves (the same value, SIM-TL-5). Dropping the flag needs every
     split to be even (a :class:`LayoutError` from :func:`local_shape` otherwise)."""
     layout = x.layout.replace(padded=padded)
     local_shape(x.shape, layout, x.mesh)
-    return DistTensor(x.type.with_layout(layout), x.mesh, x.local, x.name)
+    return events.bind(DistTensor(x.type.with_layout(layout), x.mesh, x.local, x.name), events.value_id(x))

@@ -63,10 +63,10 @@ def report(top: int = 10) -> str:
     return text
 
 
-def machine(preset="GB200-NVL72", devices=None, launch_overhead: float = 0.0) -> Machine:
+def machine(preset="GB200-NVL72", devices=None, launch_overhead: float = 0.0, overlap: bool = False) -> Machine:
     """A :class:`Machine` of ``preset`` with ``devices`` GPUs: a count, a sequence of device
     names (ints ``i`` name ``cuda:i``), or None for one NVLink domain of the preset."""
     if devices is None or isinstance(devices, int):
-        return Machine(preset, devices, launch_overhead=launch_overhead)
+        return Machine(preset, devices, launch_overhead=launch_overhead, overlap=overlap)
     names = [f"cuda:{d}" if isinstance(d, int) else d for d in devices]
-    return Machine(preset, len(names), names, launch_overhead=launch_overhead)
+    return Machine(preset, len(names), names, launch_overhead=launch_overhead, overlap=overlap)

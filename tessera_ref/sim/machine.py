@@ -16,11 +16,12 @@ from .collectives import collective_cost
 from .devices import device_names as _device_names
 from .devices import resolve_device
 from .memory import Allocation, MemoryAccountant
+from .overlap import overlap_report
 from .presets import get_preset
 from .analysis import MachineSummary, summarize
 from .summary import machine_report
 from .roofline import Roofline, roofline
-from .timeline import Event, Timeline
+from .schedule import Scheduler
 from .trace import chrome_trace
 from .units import device_ranges
 
@@ -34,9 +35,21 @@ class Machine:
     Devices are addressed by index or name everywhere. Devices ``k·D … k·D + D − 1`` form
     NVLink domain ``k`` (``D`` = ``preset.devices_per_domain``). ``launch_overhead`` seconds
     are added to every compute op (SIM-ROOF-1; default 0).
+
+    ``overlap=False`` (the default) places ops in program order, communication never under
+    compute: the conservative bound of SIM-TL-2, the timeline and step time of before. With
+    ``overlap=True`` ops start when their inputs are ready and their stream is free, so
+    communication overlaps independent compute (SIM-TL-5 … SIM-TL-8). Both schedules are
+    always kept: :attr:`conservative_step_time` and :attr:`overlapped_step_time`; the flag
+    picks the one the timeline, trace and :attr:`step_time` show.
+
+    ``efficiency=True`` charges compute at the achievable fractions of peak the preset states
+    per op class (SIM-ROOF-3; presets that state none are pure roofline either way);
+    ``efficiency=False`` is pure roofline on every preset.
     """
 
-    def __init__(self, preset="GB200-NVL72", n_devices=None, device_names=None, launch_overhead: float = 0.0):
+    def __init__(self, preset="GB200-NVL72", n_devices=None, device_names=None, launch_overhead: float = 0.0,
+                 overlap: bool = False, efficiency: bool = True):
         self.preset = get_preset(preset)
         n = self.preset.devices_per_domain if n_devices is None else n_devices
         self.device_names = _device_names(n, device_names)
@@ -44,8 +57,18 @@ class Machine:
             raise SimError(f"launch_overhead must be a finite number of seconds >= 0, got {launch_overhead!r}",
                            fix="pass e.g. launch_overhead=3e-6, or leave it out")
         self.launch_overhead = float(launch_overhead)
+        if not isinstance(overlap, bool):
+            raise SimError(f"overlap must be True or False, got {overlap!r}",
+                           fix="pass overlap=True to let communication run under independent compute")
+        self.overlap = overlap
+        if not isinstance(efficiency, bool):
+            raise SimError(f"efficiency must be True or False, got {efficiency!r}",
+                           fix="pass efficiency=False for pure roofline times")
+        self.efficiency = efficiency
         self.memory = MemoryAccountant(self.preset.hbm_capacity, self.device_names)
-        self.timeline = Timeline(len(self.device_names))
+        # the schedule shown (the flag's) first, the other one kept for its step time
+        self._schedules = (Scheduler(len(self.device_names), overlap), Scheduler(len(self.device_names), not overlap))
+        self.timeline = self._schedules[0].timeline
         self._calls = 0  # record_collective / record_transfer calls so far: each event's "call" id
 
     def __repr__(self) -> str:
@@ -65,8 +88,33 @@ class Machine:
 
     @property
     def step_time(self) -> float:
-        """When the last device finishes everything recorded: the step time (SIM-TL-2)."""
+        """When the last device finishes everything recorded: the step time (SIM-TL-2), of the
+        schedule ``overlap`` picks."""
         return self.timeline.end
+
+    @property
+    def conservative_step_time(self) -> float:
+        """The step time in program order, communication never under compute (SIM-TL-2)."""
+        return self._schedule(False).timeline.end
+
+    @property
+    def overlapped_step_time(self) -> float:
+        """The step time with communication under independent compute (SIM-TL-5)."""
+        return self._schedule(True).timeline.end
+
+    def _schedule(self, overlap: bool) -> Scheduler:
+        return next(s for s in self._schedules if s.overlap == overlap)
+
+    def timeline_of(self, overlap: bool):
+        """The timeline of the schedule with or without overlap (SIM-TL-8); ``timeline`` is
+        the one of the machine's own flag."""
+        return self._schedule(overlap).timeline
+
+    def critical_path(self, overlap: bool | None = None) -> list:
+        """The events on the critical path of the schedule shown (or of ``overlap``), first to
+        last: each one's start was fixed by the one before it (SIM-TL-8)."""
+        schedule = self._schedule(self.overlap if overlap is None else overlap)
+        return [schedule.timeline.events[i] for i in schedule.critical_path()]
 
     # -- memory -------------------------------------------------------------------------------
     def alloc(self, device, nbytes: int, name: str, location: str | None = None) -> Allocation:
@@ -82,52 +130,65 @@ class Machine:
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
 
     # -- compute ------------------------------------------------------------------------------
-    def record_compute(self, devices, name: str, cost, dtype, location: str | None = None) -> Roofline:
+    def record_compute(self, devices, name: str, cost, dtype, location: str | None = None,
+                       reads=(), writes=()) -> Roofline:
         """Record the op ``name`` of ``cost = (flops, bytes)`` *per device* on operands of
-        ``dtype`` on each of ``devices`` (one device or several). Each device runs it on its
-        compute stream from its ready time for the roofline time (SIM-TL-2, SIM-ROOF-1);
-        returns that :class:`~tessera_ref.sim.roofline.Roofline`."""
+        ``dtype`` on each of ``devices`` (one device or several), reading the values ``reads``
+        and writing ``writes`` (value ids, SIM-TL-5). Each device runs it on its compute stream
+        for the roofline time (SIM-TL-2, SIM-ROOF-1); returns that
+        :class:`~tessera_ref.sim.roofline.Roofline`."""
         indices = self._devices(devices)
-        r = roofline(cost, dtype, self.preset, self.launch_overhead)
+        reads, writes = self._values(name, reads, writes)
+        r = roofline(cost, dtype, self.preset, self.launch_overhead, str(name) if self.efficiency else None)
         args = {"flops": cost[0], "bytes": cost[1], "dtype": r.peak_key, "bound": r.bound,
                 "location": location if location is not None else user_location()}
-        for d in indices:
-            self.timeline.add(Event(d, "compute", str(name), self.timeline.ready(d), r.time, args))
+        for schedule in self._schedules:
+            for d in indices:
+                start = schedule.earliest(d, "compute", 0, reads)
+                schedule.place(d, "compute", 0, str(name), start, r.time, args, writes)
         return r
 
     # -- communication ------------------------------------------------------------------------
     def record_collective(self, kind: str, groups, nbytes: int, axis: str | None = None,
-                          algorithm: str | None = None, location: str | None = None) -> list:
+                          algorithm: str | None = None, location: str | None = None, reads=(), writes=()) -> list:
         """Record the collective ``kind`` run by each group of ``groups`` (tuples of devices;
         no device in two groups) on ``nbytes`` per rank (SIM-COLL-3 for ``nbytes`` and the
-        algorithm). The members of a group start together when the last of them is ready and
-        finish together (SIM-TL-3). ``axis`` names the mesh axis for the report. Returns one
-        :class:`~tessera_ref.sim.collectives.CollectiveCost` per group."""
+        algorithm), reading the values ``reads`` and writing ``writes`` (SIM-TL-5). The members
+        of a group start together when the last of them is ready and finish together
+        (SIM-TL-3). ``axis`` names the mesh axis for the report and picks the comm lane
+        (SIM-TL-6). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost` per group."""
         groups = self._groups(groups, kind)
+        reads, writes = self._values(kind, reads, writes)
         costs = [collective_cost(kind, g, nbytes, self.preset, algorithm) for g in groups]
         location = location if location is not None else user_location()
         label = f"{kind}[{axis}]" if axis else kind
         call = self._next_call()
-        for g, c in zip(groups, costs):
-            if c.ranks < 2:
-                continue
-            start = max(self.timeline.ready(d) for d in g)
-            args = {"kind": kind, "axis": axis, "algorithm": c.algorithm, "tier": c.tier, "bytes": c.nbytes,
-                    "bytes_sent": c.bytes_sent, "group": device_ranges(self.device_names, sorted(g)),
-                    "call": call, "location": location}
-            for d in g:
-                self.timeline.add(Event(d, "comm", label, start, c.time, args))
+        for schedule in self._schedules:
+            lane = schedule.lane(axis)
+            for g, c in zip(groups, costs):
+                if c.ranks < 2:
+                    schedule.forward(g, reads, writes)
+                    continue
+                start = max((schedule.earliest(d, "comm", lane, reads, c.tier) for d in g), key=lambda s: s[0])
+                args = {"kind": kind, "axis": axis, "algorithm": c.algorithm, "tier": c.tier, "bytes": c.nbytes,
+                        "bytes_sent": c.bytes_sent, "group": device_ranges(self.device_names, sorted(g)),
+                        "call": call, "location": location}
+                for d in g:
+                    schedule.place(d, "comm", lane, label, start, c.time, args, writes, (c.tier,))
         return costs
 
     def record_transfer(self, src, dst, nbytes: int, name: str = "send/recv", axis: str | None = None,
-                        location: str | None = None) -> list:
+                        location: str | None = None, reads=(), writes=()) -> list:
         """Record point-to-point messages of ``nbytes``: ``src[i]`` sends to ``dst[i]`` (one
         device or equal-length sequences; a device sends at most one and receives at most one
         message per call, never to itself). All messages of one call run concurrently: a
         message starts when both ends are ready and takes ``α + n/β`` of its tier; each device
         is busy on its comm stream from its first message's start to its last one's end
-        (SIM-TL-4). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost` per message."""
+        (SIM-TL-4). A message reads ``reads`` on its source and writes ``writes`` on its
+        destination (SIM-TL-5). Returns one :class:`~tessera_ref.sim.collectives.CollectiveCost`
+        per message."""
         srcs, dsts = self._devices(src), self._devices(dst)
+        reads, writes = self._values(name, reads, writes)
         if len(srcs) != len(dsts):
             raise SimError(f"{name}: {len(srcs)} sources but {len(dsts)} destinations",
                            fix="pass one destination per source")
@@ -142,23 +203,46 @@ class Machine:
                            fix="pair each source with a different destination device")
         costs = [collective_cost("send", (s, t), nbytes, self.preset) for s, t in zip(srcs, dsts)]
         location = location if location is not None else user_location()
-        spans: dict = {}  # device -> its part in the call: start, end, bytes sent, peers, tiers
-        for s, t, c in zip(srcs, dsts, costs):
-            start = max(self.timeline.ready(s), self.timeline.ready(t))
-            for d, peer, sent in ((s, t, c.bytes_sent), (t, s, 0.0)):
-                span = spans.setdefault(d, {"start": start, "end": start, "sent": 0.0, "peers": [], "tiers": set()})
-                span["start"], span["end"] = min(span["start"], start), max(span["end"], start + c.time)
-                span["sent"] += sent
-                span["peers"].append(self.device_names[peer])
-                span["tiers"].add(c.tier)
         label = f"{name}[{axis}]" if axis else name
         call = self._next_call()
-        for d in sorted(spans):
-            span = spans[d]
-            args = {"kind": "send/recv", "axis": axis, "tier": "+".join(sorted(span["tiers"])), "bytes": int(nbytes),
-                    "bytes_sent": span["sent"], "peers": ", ".join(span["peers"]), "call": call, "location": location}
-            self.timeline.add(Event(d, "comm", label, span["start"], span["end"] - span["start"], args))
+        for schedule in self._schedules:
+            lane = schedule.lane(axis)
+            spans: dict = {}  # device -> its part in the call: start, end, bytes sent, peers, tiers
+            for s, t, c in zip(srcs, dsts, costs):
+                start = max(schedule.earliest(s, "comm", lane, reads, c.tier),
+                            schedule.earliest(t, "comm", lane, (), c.tier), key=lambda x: x[0])
+                for d, peer, sent in ((s, t, c.bytes_sent), (t, s, 0.0)):
+                    span = spans.setdefault(d, {"start": start, "end": start[0], "sent": 0.0, "peers": [],
+                                                "tiers": set()})
+                    span["start"] = min(span["start"], start, key=lambda x: x[0])
+                    span["end"] = max(span["end"], start[0] + c.time)
+                    span["sent"] += sent
+                    span["peers"].append(self.device_names[peer])
+                    span["tiers"].add(c.tier)
+            received = set(dsts)
+            for d in sorted(spans):
+                span = spans[d]
+                args = {"kind": "send/recv", "axis": axis, "tier": "+".join(sorted(span["tiers"])),
+                        "bytes": int(nbytes), "bytes_sent": span["sent"], "peers": ", ".join(span["peers"]),
+                        "call": call, "location": location}
+                schedule.place(d, "comm", lane, label, span["start"], span["end"] - span["start"][0], args,
+                               writes if d in received else (), tuple(sorted(span["tiers"])))
         return costs
+
+    @staticmethod
+    def _values(what: str, reads, writes) -> tuple:
+        """``reads`` and ``writes`` as tuples of value ids (hashable; SIM-TL-5)."""
+        out = []
+        for role, values in (("reads", reads), ("writes", writes)):
+            try:
+                values = tuple(values)
+                for v in values:
+                    hash(v)
+            except TypeError:
+                raise SimError(f"{what}: {role}= must be a sequence of value ids (ints or other hashable keys), "
+                               f"got {values!r}", fix=f"pass e.g. {role}=(1, 2), or leave it out") from None
+            out.append(values)
+        return tuple(out)
 
     def _next_call(self) -> int:
         self._calls += 1
@@ -196,8 +280,10 @@ class Machine:
             json.dump(self.chrome_trace(), f)
 
     def report(self, top: int = 10) -> str:
-        """The text summary of :func:`~tessera_ref.sim.summary.machine_report`."""
-        return machine_report(self, top=top)
+        """The text summary of :func:`~tessera_ref.sim.summary.machine_report`, then, when
+        anything ran, :func:`~tessera_ref.sim.overlap.overlap_report` (SIM-REPORT-2)."""
+        text = machine_report(self, top=top)
+        return "\n".join([text, *overlap_report(self)]) if self.timeline.events else text
 
     def summary(self) -> MachineSummary:
         """The report's numbers as data: :func:`~tessera_ref.sim.analysis.summarize` (SIM-SUMMARY-1)."""

@@ -4,8 +4,9 @@ A :class:`Preset` describes one GPU part and the system it sits in: SM count, HB
 and bandwidth, dense peak FLOP/s per number format, L2 and shared memory, the NVLink tier
 (bandwidth per direction and latency per message, and how many GPUs share one NVLink
 domain) and the network tier that joins domains. Every number, its source and which ones
-are estimates are listed in ``docs/spec/sim.md`` (SIM-HW-2); :data:`PRESETS` holds the four
-presets and :func:`get_preset` looks one up by name (SIM-HW-3).
+are estimates are listed in ``docs/spec/sim.md`` (SIM-HW-2); :data:`PRESETS` holds the
+presets and :func:`get_preset` looks one up by name (SIM-HW-3). A preset may state the
+fractions of peak an op class achieves (SIM-HW-5); those without are pure roofline.
 """
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ class Preset:
     rate for operands of that format (tensor cores where it has them, without structured
     sparsity); keys are ``f64 f32 tf32 bf16 f16 fp8 fp6 fp4 int8``, and a part lacks the keys
     it has no rate for. ``estimates`` names the fields that are estimates, not datasheet
-    numbers.
+    numbers. ``efficiency`` holds ``(op class, fraction of peak FLOP/s, fraction of HBM
+    bandwidth)`` triples (SIM-HW-5; classes in :data:`~tessera_ref.sim.roofline.OP_CLASSES`);
+    empty, every op runs at the full peaks.
     """
 
     name: str
@@ -70,6 +73,12 @@ class Preset:
     network: Link
     source: str
     estimates: tuple = ()
+    efficiency: tuple = ()
+
+    def fractions(self, op_class: str) -> tuple:
+        """``(compute, memory)``: the fractions of peak FLOP/s and HBM bandwidth ops of
+        ``op_class`` achieve on this preset (SIM-HW-5); ``(1.0, 1.0)`` if it states none."""
+        return next(((c, m) for k, c, m in self.efficiency if k == op_class), (1.0, 1.0))
 
     @property
     def peaks(self) -> dict:
@@ -110,12 +119,38 @@ _NVLINK5 = Link("NVLink 5 / NVSwitch", 900 * GB, 1e-6)
 # trays); the 5 µs message latency is an estimate.
 _NETWORK = Link("InfiniBand (ConnectX-7 400G)", 400 * GB / 8, 5e-6)
 
+# NVLink 3 (A100): 600 GB/s bidirectional per GPU over NVSwitch. DGX A100: eight single-port
+# 200 Gb/s HDR InfiniBand adapters for the compute fabric, one per GPU.
+_NVLINK3 = Link("NVLink 3 / NVSwitch", 300 * GB, 1e-6)
+_HDR = Link("InfiniBand (HDR 200G)", 200 * GB / 8, 5e-6)
+
 _HOPPER_PEAKS = (  # H100 SXM5 datasheet, tensor-core figures "with sparsity" halved
     ("f64", 67e12), ("f32", 67e12), ("tf32", 494.5e12), ("bf16", 989.5e12), ("f16", 989.5e12),
     ("fp8", 1979e12), ("int8", 1979e12),
 )
 
 PRESETS: dict = {
+    "A100": Preset(
+        # NVIDIA A100 Tensor Core GPU datasheet (SXM 80GB column): FP64 9.7 TF, FP64 Tensor
+        # Core 19.5 TF, FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF, INT8 624 TOPS (dense; the
+        # datasheet's 312/624/1,248 are with sparsity), 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s;
+        # NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs, 40 MB L2, 164 KB shared
+        # memory per SM (163 KB per block), 256 KB registers per SM; DGX A100 user guide and
+        # datasheet: 8 A100 on NVSwitch, 8 x 200 Gb/s HDR InfiniBand for the cluster fabric.
+        # Achievable fractions (SIM-HW-5): HBM 0.9 — memory-bound kernels on an A100 80GB SXM
+        # measure ~1.8 TB/s (88%) and the best ~90% (NVIDIA developer forums, "Trouble to reach
+        # peak bandwidth of A100"); tensor-core ops 0.8 of peak is an estimate for large,
+        # well-shaped cuBLAS GEMMs, not a measurement cited here.
+        name="A100", gpu="NVIDIA A100 SXM4 80GB (DGX A100, 8 GPUs per NVSwitch domain)",
+        sm_count=108, hbm_capacity=80 * GiB, hbm_bandwidth=2039 * GB, hbm_kind="HBM2e",
+        peak_flops=(("f64", 19.5e12), ("f32", 19.5e12), ("tf32", 156e12), ("bf16", 312e12),
+                    ("f16", 312e12), ("int8", 624e12)),
+        l2_bytes=40 * MiB, smem_per_sm=164 * KiB, smem_per_block=163 * KiB, registers_per_sm=_REGS_PER_SM,
+        nvlink=_NVLINK3, devices_per_domain=8, network=_HDR,
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB) and architecture whitepaper; DGX A100 datasheet",
+        estimates=("nvlink.latency", "network.latency", "efficiency"),
+        efficiency=(("tensor_core", 0.8, 0.9), ("other", 1.0, 0.9)),
+    ),
     "H100": Preset(
         name="H100", gpu="NVIDIA H100 SXM5 80GB (HGX H100, 8 GPUs per NVSwitch domain)",
         sm_count=132, hbm_capacity=80 * GiB, hbm_bandwidth=3.35 * TB, hbm_kind="HBM3",
@@ -160,7 +195,7 @@ PRESETS: dict = {
 
 #: Other spellings of the preset names (matched after lower-casing and dropping ``-``, ``_``,
 #: spaces).
-ALIASES = {"h100sxm": "H100", "h200sxm": "H200", "hgxb200": "B200", "gb200": "GB200-NVL72",
+ALIASES = {"a100sxm": "A100", "dgxa100": "A100", "h100sxm": "H100", "h200sxm": "H200", "hgxb200": "B200", "gb200": "GB200-NVL72",
            "nvl72": "GB200-NVL72"}
 
 
@@ -233,6 +268,9 @@ def preset_card(preset) -> str:
              f"{p.nvlink.latency * 1e6:g} us{star('nvlink.latency')}; {p.devices_per_domain} GPUs per domain",
              f"  {p.network.name}: {p.network.bandwidth / GB:g} GB/s{star('network.bandwidth')} per direction, "
              f"{p.network.latency * 1e6:g} us{star('network.latency')}",
+             "  achievable fractions of peak (FLOP/s, HBM): " + (", ".join(
+                 f"{k} {c:g}, {m:g}" for k, c, m in p.efficiency) + star("efficiency") if p.efficiency
+                 else "none stated (pure roofline)"),
              "", "  memory tiers (seed 000 §3.2, seed 001 §4.2):"]
     headers = ["level", "scope", "Tessera", "capacity", "bandwidth", "latency"]
     rows = [[t.level, t.scope, t.tessera, "-" if t.capacity is None else fmt_bytes(t.capacity),

@@ -1,8 +1,9 @@
-"""Roofline time of one op on one device (SIM-ROOF-1, SIM-ROOF-2).
+"""Roofline time of one op on one device (SIM-ROOF-1 … SIM-ROOF-3).
 
 An op that does ``flops`` floating-point operations and moves ``bytes`` bytes of HBM takes
 ``max(flops / peak(dtype), bytes / HBM bandwidth)`` seconds plus an optional fixed launch
-overhead; it is compute-bound when the first term is the larger.
+overhead; it is compute-bound when the first term is the larger. A preset that states
+achievable fractions for the op's class (SIM-HW-5) scales the peak and the bandwidth by them.
 """
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from ..errors import SimError
 from ..numerics import get_format
 from .presets import get_preset
 
-__all__ = ["Roofline", "roofline", "peak_key"]
+__all__ = ["Roofline", "roofline", "peak_key", "op_class", "OP_CLASSES"]
+
+#: The op classes a preset may give achievable fractions for (SIM-ROOF-3): the ops that run on
+#: tensor cores, and every other op.
+OP_CLASSES = {"tensor_core": frozenset({"matmul", "gemm", "conv2d", "flash_attention"}), "other": None}
+
+
+def op_class(name: str | None) -> str:
+    """The class of the op ``name`` (SIM-ROOF-3): ``"tensor_core"`` or ``"other"``."""
+    return "tensor_core" if name in OP_CLASSES["tensor_core"] else "other"
 
 # The rate key of each format (SIM-ROOF-2): the operands' storage format picks the rate.
 _KEY_OF_FORMAT = {"f64": "f64", "f32": "f32", "f16": "f16", "bf16": "bf16", "fp8_e4m3": "fp8",
@@ -27,7 +37,8 @@ _WIDER = {"fp4": "fp6", "fp6": "fp8", "fp8": "bf16", "int4": "int8", "int8": "bf
 
 class Roofline(NamedTuple):
     """The roofline time of an op: ``time = max(compute_time, memory_time) + launch_overhead``;
-    ``bound`` is ``"compute"`` or ``"memory"``; ``peak_flops`` is the rate of ``peak_key``."""
+    ``bound`` is ``"compute"`` or ``"memory"``; ``peak_flops`` is the rate of ``peak_key``
+    (times the op class's achievable fraction, SIM-ROOF-3)."""
 
     time: float
     compute_time: float
@@ -56,10 +67,11 @@ def peak_key(preset, dtype) -> str:
     return key
 
 
-def roofline(cost, dtype, preset, launch_overhead: float = 0.0) -> Roofline:
+def roofline(cost, dtype, preset, launch_overhead: float = 0.0, op: str | None = None) -> Roofline:
     """The roofline time of an op of ``cost = (flops, bytes)`` (an ``ops.Cost``) on operands of
     ``dtype`` on one GPU of ``preset`` (SIM-ROOF-1). ``launch_overhead`` (seconds, default 0)
-    is added once per op."""
+    is added once per op. ``op`` names the op: its class's achievable fractions on ``preset``
+    scale the peak and the bandwidth (SIM-ROOF-3); ``None`` is pure roofline."""
     preset = get_preset(preset)
     try:
         flops, nbytes = cost
@@ -70,7 +82,8 @@ def roofline(cost, dtype, preset, launch_overhead: float = 0.0) -> Roofline:
             raise SimError(f"an op's {what} must be a finite non-negative number, got {value!r}",
                            fix="pass Cost(flops, bytes) with counts >= 0")
     key = peak_key(preset, dtype)
-    peak = preset.peaks[key]
-    compute, memory = flops / peak, nbytes / preset.hbm_bandwidth
+    fc, fm = (1.0, 1.0) if op is None else preset.fractions(op_class(op))
+    peak = preset.peaks[key] * fc
+    compute, memory = flops / peak, nbytes / (preset.hbm_bandwidth * fm)
     bound = "compute" if compute > memory else "memory"
     return Roofline(max(compute, memory) + launch_overhead, compute, memory, bound, peak, key)

@@ -1,9 +1,10 @@
 """The timeline: what each device did when, on its compute and comm streams (SIM-TL-1).
 
-Every device has a *ready time*, the end of the last thing recorded on it; an event starts no
-earlier than its device's ready time and moves it to the event's end. The machine decides
-start times (SIM-TL-2, SIM-TL-3); the timeline only keeps events in order and checks that no
-event starts before its device is ready.
+Every device has a *ready time*, the end of the last thing recorded on it. A stream may have
+several *lanes* (the comm stream has one per mesh axis when communication overlaps,
+SIM-TL-6); events of one lane never overlap. The scheduler decides start times (SIM-TL-2 …
+SIM-TL-8); the timeline only keeps the events and checks that no event starts before the
+last one of its lane ended.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class Event:
     start: float
     duration: float
     args: dict = field(default_factory=dict)
+    lane: int = 0
 
     @property
     def end(self) -> float:
@@ -39,6 +41,7 @@ class Timeline:
         self.events: list = []
         self.memory_samples: list = []  # (device, time, live bytes)
         self._ready = [0.0] * n_devices
+        self._lane_end: dict = {}  # (device, stream, lane) -> end of its last event
 
     def ready(self, device: int) -> float:
         """When ``device`` has finished everything recorded on it so far."""
@@ -50,11 +53,13 @@ class Timeline:
         return max(self._ready)
 
     def add(self, event: Event) -> Event:
-        """Append ``event``; it must start at or after its device's ready time."""
-        if event.stream not in STREAMS or event.duration < 0 or event.start < self._ready[event.device]:
+        """Append ``event``; it must start at or after the end of the last event of its lane."""
+        lane = (event.device, event.stream, event.lane)
+        if event.stream not in STREAMS or event.duration < 0 or event.start < self._lane_end.get(lane, 0.0):
             raise AssertionError(f"event out of order: {event}")
         self.events.append(event)
-        self._ready[event.device] = event.end
+        self._lane_end[lane] = event.end
+        self._ready[event.device] = max(self._ready[event.device], event.end)
         return event
 
     def sample_memory(self, device: int, live: int) -> None:

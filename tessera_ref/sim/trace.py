@@ -14,18 +14,25 @@ def _us(seconds: float) -> float:
 def chrome_trace(timeline, device_names: tuple, title: str) -> dict:
     """``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``: one process per
     device (``pid`` = device index, named by metadata events), one thread per stream (``tid``
-    0 = compute, 1 = comm), one complete event (``ph: "X"``, ``ts``/``dur`` in µs) per op with
-    its facts in ``args``, the flows joining the ranks of each collective
-    (:func:`collective_flows`), and an ``HBM live`` counter (``ph: "C"``, GiB) per device."""
+    0 = compute, 1 = comm, and ``1 + k`` for comm lane ``k`` when communication overlaps), one
+    complete event (``ph: "X"``, ``ts``/``dur`` in µs) per op with its facts in ``args``, the
+    flows joining the ranks of each collective (:func:`collective_flows`), and an ``HBM live``
+    counter (``ph: "C"``, GiB) per device."""
     events = []
     for d, name in enumerate(device_names):
         events.append({"name": "process_name", "ph": "M", "pid": d, "tid": 0, "args": {"name": name}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": d, "tid": 0, "args": {"sort_index": d}})
         for tid, stream in enumerate(STREAMS):
             events.append({"name": "thread_name", "ph": "M", "pid": d, "tid": tid, "args": {"name": stream}})
+    lanes = {}  # (device, tid) of a further comm lane (SIM-TL-6) -> its mesh axis
     for e in timeline.events:
+        tid = STREAMS.index(e.stream) + e.lane
+        if e.lane:
+            lanes.setdefault((e.device, tid), e.args.get("axis"))
         events.append({"name": e.name, "cat": e.stream, "ph": "X", "ts": _us(e.start), "dur": _us(e.duration),
-                       "pid": e.device, "tid": STREAMS.index(e.stream), "args": dict(e.args)})
+                       "pid": e.device, "tid": tid, "args": dict(e.args)})
+    for (d, tid), axis in sorted(lanes.items()):
+        events.append({"name": "thread_name", "ph": "M", "pid": d, "tid": tid, "args": {"name": f"comm[{axis}]"}})
     events += collective_flows(timeline)
     for device, time, live in timeline.memory_samples:
         events.append({"name": "HBM live", "ph": "C", "ts": _us(time), "pid": device,
@@ -50,5 +57,6 @@ def collective_flows(timeline) -> list:
         for k, e in enumerate(members):
             phase = "s" if k == 0 else "f" if k == len(members) - 1 else "t"
             flows.append({"name": e.name, "cat": "collective", "ph": phase, "id": flow_id, "bp": "e",
-                          "ts": _us(e.start + e.duration / 2), "pid": e.device, "tid": STREAMS.index(e.stream)})
+                          "ts": _us(e.start + e.duration / 2), "pid": e.device,
+                          "tid": STREAMS.index(e.stream) + e.lane})
     return flows

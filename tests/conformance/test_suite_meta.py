@@ -48,8 +48,10 @@ def test_the_command_writes_junit_and_the_matrix_and_fails_a_failing_backend(tmp
     again = _conformance("--backend", "interp", "-k", "random_programs", "--fuzz-examples", "5",
                          "--report", str(tmp_path / "m2.md"), cwd=tmp_path)
     assert again.returncode == 0 and (tmp_path / "m2.md").read_text() == matrix  # deterministic
-    bad = _conformance("--backend", "numpy-naive", "-k", "random_programs", "--report", str(tmp_path / "n.md"),
-                       cwd=tmp_path)
+    # 100 examples: Hypothesis seeds its draws with the numeric constants of the package's source,
+    # so which of the first few programs catch numpy-naive changes whenever a constant does
+    bad = _conformance("--backend", "numpy-naive", "-k", "random_programs", "--fuzz-examples", "100",
+                       "--report", str(tmp_path / "n.md"), cwd=tmp_path)
     assert bad.returncode == 1
     assert "| FAIL |" in (tmp_path / "n.md").read_text()
     script = tmp_path / "tessera-fuzz" / "numpy-naive-one-device-disagreement.py"

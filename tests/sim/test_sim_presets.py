@@ -10,8 +10,8 @@ from tessera_ref.sim import PRESETS, Preset, get_preset
 GiB, MiB, KiB = 2**30, 2**20, 2**10
 
 
-def test_the_four_presets_exist():
-    assert list(PRESETS) == ["H100", "H200", "B200", "GB200-NVL72"]
+def test_the_presets_exist():
+    assert list(PRESETS) == ["A100", "H100", "H200", "B200", "GB200-NVL72"]
 
 
 # hardware.md, "Typical hardware numbers": H100 SXM 132 SMs, 80 GB HBM3 ~3.35 TB/s, NVLink
@@ -71,8 +71,8 @@ def test_b200_matches_the_hgx_datasheet_and_hardware_md_roughly():
 
 
 def test_network_tier_is_400_gbit_per_gpu_and_slower_than_nvlink():
-    for p in PRESETS.values():
-        assert p.network.bandwidth * 8 == 400e9
+    for p in PRESETS.values():  # the DGX A100 has one 200 Gb/s HDR adapter per GPU
+        assert p.network.bandwidth * 8 == (200e9 if p.name == "A100" else 400e9)
         assert p.network.bandwidth < p.nvlink.bandwidth and p.network.latency > p.nvlink.latency
 
 
@@ -121,3 +121,25 @@ def test_memory_tiers_follow_the_seeds_table():
     assert tiers[4].bandwidth == p.nvlink.bandwidth and "72" in tiers[4].scope
     assert tiers[5].bandwidth == p.network.bandwidth
     assert isinstance(p, Preset)
+
+
+def test_a100_numbers_are_the_datasheets():
+    """A100 SXM4 80GB in a DGX A100 (SIM-HW-2): dense peaks are the datasheet's sparsity
+    figures halved, links per direction are half the bidirectional totals."""
+    p = get_preset("a100-sxm")
+    assert (p.name, p.sm_count, p.hbm_capacity, p.hbm_bandwidth) == ("A100", 108, 80 * 2**30, 2.039e12)
+    assert p.peaks == {"f64": 19.5e12, "f32": 19.5e12, "tf32": 312e12 / 2, "bf16": 624e12 / 2,
+                       "f16": 624e12 / 2, "int8": 1248e12 / 2}
+    assert p.nvlink.bandwidth == 600e9 / 2 and p.devices_per_domain == 8
+    assert p.network.bandwidth * 8 == 200e9  # 8 x 200 Gb/s HDR per 8-GPU node
+    assert p.l2_bytes == 40 * 2**20 and p.smem_per_sm == 164 * KiB and p.smem_per_block == 163 * KiB
+    assert get_preset("DGX A100") is p
+
+
+def test_only_a_preset_that_opts_in_has_achievable_fractions():
+    assert get_preset("A100").fractions("tensor_core") == (0.8, 0.9)
+    assert get_preset("A100").fractions("other") == (1.0, 0.9)
+    assert "efficiency" in get_preset("A100").estimates
+    for name in ("H100", "H200", "B200", "GB200-NVL72"):
+        assert get_preset(name).efficiency == ()
+        assert get_preset(name).fractions("tensor_core") == (1.0, 1.0)

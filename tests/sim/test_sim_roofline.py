@@ -4,7 +4,7 @@ import pytest
 from tessera_ref.errors import FormatError, SimError
 from tessera_ref.numerics import Policy, fp6, fp8_e5m2
 from tessera_ref.ops import Cost
-from tessera_ref.sim import peak_key, roofline
+from tessera_ref.sim import Machine, peak_key, roofline
 
 
 def test_large_bf16_matmul_on_h100_is_compute_bound():
@@ -61,3 +61,25 @@ def test_bad_inputs():
         roofline(5, "f32", "H100")
     with pytest.raises(SimError):
         roofline((1, 1), "f32", "H100", launch_overhead=-1)
+
+
+def test_achievable_fractions_scale_peak_and_bandwidth_per_op_class():
+    """SIM-ROOF-3 on the A100 (tensor-core ops 0.8 of peak, every op 0.9 of HBM): a bf16
+    matmul of 312 GFLOP takes 1 ms at peak, 1.25 ms at 0.8; an add moving 2.039 GB takes 1 ms
+    at the full bandwidth, 1/0.9 ms at 0.9."""
+    gemm, add = Cost(312e9, 0), Cost(0, 2.039e9)
+    assert roofline(gemm, "bf16", "A100").time == pytest.approx(1e-3)  # pure roofline: no op named
+    assert roofline(gemm, "bf16", "A100", op="matmul").time == pytest.approx(1.25e-3)
+    assert roofline(gemm, "bf16", "A100", op="flash_attention").peak_flops == pytest.approx(0.8 * 312e12)
+    assert roofline(add, "bf16", "A100", op="add").time == pytest.approx(1e-3 / 0.9)
+    assert roofline(gemm, "bf16", "A100", op="add").time == pytest.approx(1e-3)  # "other" keeps the full peak
+    # a preset that states no fractions is pure roofline whatever the op
+    assert roofline(Cost(989.5e9, 0), "bf16", "H100", op="matmul").time == pytest.approx(1e-3)
+
+
+def test_the_machine_charges_fractions_unless_told_pure_roofline():
+    gemm = Cost(312e9, 0)
+    assert Machine("A100", 1).record_compute(0, "matmul", gemm, "bf16").time == pytest.approx(1.25e-3)
+    assert Machine("A100", 1, efficiency=False).record_compute(0, "matmul", gemm, "bf16").time == pytest.approx(1e-3)
+    with pytest.raises(SimError, match="efficiency must be True or False"):
+        Machine("A100", 1, efficiency="yes")

@@ -22,6 +22,11 @@ def mesh_of(shape: tuple):
 _HOPPER = {"f64": 67 * T, "f32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "f16": 989.5 * T,
            "fp8": 1979 * T, "int8": 1979 * T}
 PRESETS = {
+    "A100": dict(sms=108, hbm=80 * GiB, hbm_bw=2039 * GB,
+                 peaks={"f64": 19.5 * T, "f32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "f16": 312 * T,
+                        "int8": 624 * T},
+                 l2=40 * MiB, nvlink=300 * GB, nvlink_alpha=1e-6, domain=8, network=25 * GB, network_alpha=5e-6,
+                 smem=(164 * KiB, 163 * KiB), fractions={"tensor_core": (0.8, 0.9), "other": (1.0, 0.9)}),
     "H100": dict(sms=132, hbm=80 * GiB, hbm_bw=3.35 * TB, peaks=_HOPPER, l2=50 * MiB, nvlink=450 * GB,
                  nvlink_alpha=1e-6, domain=8, network=50 * GB, network_alpha=5e-6),
     "H200": dict(sms=132, hbm=141 * GiB, hbm_bw=4.8 * TB, peaks=_HOPPER, l2=50 * MiB, nvlink=450 * GB,
