@@ -14,6 +14,7 @@ from tessera_ref.cli import main as cli_main
 from tessera_ref.errors import SimError
 from tessera_conformance import clause, eager
 
+from ._machine import run_on
 from ._reference import AXES, GiB, choose, groups_of, mesh_of
 
 S = dist.ShardSpec
@@ -37,14 +38,6 @@ def _program(mesh_shape):
     return mesh, axis, program, kept
 
 
-def _run(backend, machine, fn):
-    def go():
-        with sim.use(machine):
-            fn()
-        return np.zeros(1, np.float32)
-
-    eager(backend, go)
-
 
 @clause("SIM-TRACE-1")
 def test_chrome_trace(backend, mesh_shape, tmp_path):
@@ -53,7 +46,7 @@ def test_chrome_trace(backend, mesh_shape, tmp_path):
     ``save_trace`` writes the same JSON."""
     mesh, _, program, _ = _program(mesh_shape)
     m = sim.Machine("H100", mesh.size)
-    _run(backend, m, program)
+    run_on(backend, m, program)
     trace = m.chrome_trace()
     events = json.loads(json.dumps(trace))["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
@@ -95,7 +88,7 @@ def test_report(backend, mesh_shape):
     tensors of the fullest device."""
     mesh, axis, program, _ = _program(mesh_shape)  # the program keeps exp(y) alive
     m = sim.Machine("H100", mesh.size)
-    _run(backend, m, program)
+    run_on(backend, m, program)
     text = m.report()
     assert "H100" in text and "Step time" in text
     rows = [line.split()[0] for line in text.splitlines() if line.startswith("  cuda:")]
@@ -123,7 +116,7 @@ def test_report_separates_devices_that_differ_and_names_the_full_ones(backend):
         op.exp(dist.tensor((1024, 1024), None, mesh.sub(dp=0)))
 
     with pytest.warns(Warning):
-        _run(backend, m, program)
+        run_on(backend, m, program)
     text = m.report()
     rows = [line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  cuda:")]
     assert rows == ["cuda:0..3", "cuda:4..7"]

@@ -1,25 +1,16 @@
 """SIM-ROOF-3, SIM-TL-5 … SIM-TL-8, SIM-REPORT-2: achievable fractions, the overlapped
 schedule (dependencies, lanes, links taken in turns, both step times, the critical path) and
 the report's exposed and hidden communication, for programs run on the backend."""
-import numpy as np
 import pytest
 
 from tessera_ref import dist, op, sim
-from tessera_conformance import clause, eager
+from tessera_conformance import clause
 
-from ._reference import GB, PRESETS, T, formula
+from ._machine import run_on
+from ._reference import GB, PRESETS, formula
 
 S = dist.ShardSpec
 
-
-def _run(backend, machine, fn):
-    def go():
-        with sim.use(machine):
-            fn()
-        return np.zeros(1, np.float32)
-
-    eager(backend, go)
-    return machine.timeline.events
 
 
 def _tp_program(mesh):
@@ -45,7 +36,7 @@ def test_fractions_scale_peak_and_bandwidth(backend):
             x = dist.tensor((4096, 4096), None, mesh, dtype="bf16")
             op.add(op.matmul(x, x), x)
 
-        events = _run(backend, m, program)
+        events = run_on(backend, m, program)
         peak, bw = PRESETS["A100"]["peaks"]["bf16"], PRESETS["A100"]["hbm_bw"]
         for e in events:
             fc, fm = ((0.8, 0.9) if e.name == "matmul" else (1.0, 0.9)) if efficiency else (1.0, 1.0)
@@ -62,7 +53,7 @@ def test_a_collective_runs_under_independent_compute(backend, overlap):
     the critical path ends at the add."""
     mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(4)], axes=("tp",), shape=(4,))
     m = sim.Machine("H100", 4, overlap=overlap)
-    _run(backend, m, _tp_program(mesh))
+    run_on(backend, m, _tp_program(mesh))
     ends = []
     for d in range(4):
         mm1, ar, mm2, add = [e for e in m.timeline.events if e.device == d]
@@ -108,7 +99,7 @@ def test_the_report_shows_exposed_and_hidden_communication(backend):
     axis for the overlapped schedule, and the critical path."""
     mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(4)], axes=("tp",), shape=(4,))
     m = sim.Machine("H100", 4)
-    _run(backend, m, _tp_program(mesh))
+    run_on(backend, m, _tp_program(mesh))
     text = m.report()
     tail = text[text.index("Overlap: step time"):]
     assert "in program order (all communication exposed)" in tail

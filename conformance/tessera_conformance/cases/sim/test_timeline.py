@@ -1,25 +1,16 @@
 """SIM-TL-1 … SIM-TL-4: devices and streams, program order, collectives synchronizing their
 group, point-to-point transfers — the timeline of a program run on the backend."""
-import numpy as np
 import pytest
 
 from tessera_ref import dist, op, sim
 from tessera_ref.errors import SimError
-from tessera_conformance import clause, eager, not_applicable
+from tessera_conformance import clause, not_applicable
 
+from ._machine import run_on
 from ._reference import AXES, PRESETS, choose, formula, groups_of, mesh_of, roofline_time, tier
 
 S = dist.ShardSpec
 
-
-def _run(backend, machine, fn):
-    def go():
-        with sim.use(machine):
-            fn()
-        return np.zeros(1, np.float32)
-
-    eager(backend, go)
-    return machine.timeline.events
 
 
 @clause("SIM-TL-1")
@@ -53,7 +44,7 @@ def test_program_order(backend, mesh_shape):
         y = dist.all_reduce(op.matmul(x, w), axis)
         op.exp(y)
 
-    events = _run(backend, m, program)
+    events = run_on(backend, m, program)
     for d in range(mesh.size):
         mine = [e for e in m.timeline.events if e.device == d]
         kinds = [e.name for e in mine]
@@ -84,7 +75,7 @@ def test_a_collective_waits_for_its_slowest_member(backend, mesh_shape):
         pend = dist.tensor((256, 256), S(None, (last,), reduce="sum"), mesh)
         dist.all_reduce(pend, last)
 
-    _run(backend, m, program)
+    run_on(backend, m, program)
     compute_end = {e.device: e.end for e in m.timeline.events if e.stream == "compute"}
     holders = {mesh.index_of(name) for name in stage.devices}
     assert set(compute_end) == holders
@@ -116,7 +107,7 @@ def test_send_recv_is_a_transfer(backend, mesh_shape):
             dist.send(dist.tensor((1024, 64), None, s0), s1)
             dist.recv(s0, s1)
 
-    _run(backend, m, program)
+    run_on(backend, m, program)
     ready = {e.device: e.end for e in m.timeline.events if e.stream == "compute"}
     spec = PRESETS["H100"]
     for src, dst in zip(s0.devices, s1.devices):
