@@ -42,6 +42,7 @@ from . import checkers as C
 from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
 from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
+from .progress import Progress
 from .report import TileReport
 
 __all__ = ["run", "HANDLERS", "NO_HANDLER"]
@@ -214,6 +215,7 @@ class Run:
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
         body = self.func.regions[0].entry
+        progress = Progress(self.func.attributes["sym_name"], math.prod(self.grid))
         for tile in np.ndindex(*self.grid):
             self.tile = tile
             self.tile_linear = int(np.ravel_multi_index(tile, self.grid))
@@ -229,6 +231,7 @@ class Run:
                 n = len(left)
                 self.report("warning", f"tile {tile} ends with {n} cp.async cop{'y' if n == 1 else 'ies'} never "
                             f"retired by a cp_async_wait (the first into {dst.name}): their data is never used", op)
+            progress.tick(self.tile_linear + 1)
 
     def block(self, block, mask) -> list:
         env = self.env
