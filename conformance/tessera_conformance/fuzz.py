@@ -74,6 +74,7 @@ class Program:
         lines = ["# A program on which two Tessera backends disagree (written by the conformance fuzzer).",
                  "import numpy as np", "from tessera_ref import asarray, dist, jit, op",
                  "from tessera_ref.numerics import Policy", "",
+                 "inf, nan = float('inf'), float('nan')  # as repr() writes the special input values",
                  f"POLICY = Policy(**{self.policy!r})",
                  "inputs = [asarray(np.array(x, dtype=np.float64), policy=POLICY) for x in ["]
         lines += [f"    {np.asarray(x).tolist()!r}," for x in self.inputs]

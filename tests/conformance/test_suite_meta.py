@@ -112,3 +112,15 @@ def test_numpy_naive_fails_exactly_the_clauses_its_shortcuts_break(tmp_path):
     failed = {c for c, e in entries.items() if e == "FAIL"}
     assert failed == set().union(*BREAKS.values())
     assert {e for c, e in entries.items() if c not in failed} <= {"pass", "n/a", "not testable", "unsupported"}
+
+
+def test_a_reproducer_script_with_special_input_values_runs(tmp_path):
+    """The fuzzer draws inf and nan inputs; the script it writes must define the names repr()
+    gives them (a reproducer once failed with NameError: inf)."""
+    from tessera_conformance.fuzz import Program, Step
+    program = Program({"storage": "f32"}, ((float("inf"), 1.0), (float("nan"), -float("inf"))), (Step("add", (0, 1)),))
+    script = tmp_path / "repro.py"
+    script.write_text(program.script("interp", "interp"))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0] == "same bits" and "got  [ nan -inf]" in run.stdout  # inf + nan, 1 + -inf
