@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import tessera_ref as t
-from tessera_ref import op
+from tessera_ref import backends, op
 from tessera_ref.backends.cuda import toolchain
 from tessera_ref.lowering import lower
 
@@ -49,6 +49,17 @@ LIBRARY = {
 def lowered(name):
     fn, args, directives = LIBRARY[name]
     return lower(t.jit(fn).trace(*args), directives or None)
+
+
+def on_the_interpreter(name, seed):
+    """``(program, inputs, want)``: library program ``name`` lowered, random inputs of its
+    example arguments' shapes and formats, and its results on the interpreter backend."""
+    program = lowered(name)
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in LIBRARY[name][1]]
+    with backends.use("interp"):
+        want, _ = program.run(*inputs)
+    return program, inputs, want
 
 
 #: (kernel name, what fails today) -> why: empty since the attention fragments are register

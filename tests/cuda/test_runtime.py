@@ -4,7 +4,7 @@ interpreter's bits, and the header's NUM-MATH functions give them on every f16/b
 import numpy as np
 import pytest
 
-from cuda_programs import KNOWN, LIBRARY, lowered, needs_toolchain
+from cuda_programs import KNOWN, LIBRARY, needs_toolchain, on_the_interpreter
 from tessera_ref import backends
 from tessera_ref.backends.cuda.runtime import arch_of
 from tessera_ref.errors import BackendError
@@ -47,12 +47,7 @@ def _bits(a):
 @needs_toolchain
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_device_bits_equal_the_interpreter(name):
-    program = lowered(name)
-    _, args, _ = LIBRARY[name]
-    rng = np.random.default_rng(7)
-    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in args]
-    with backends.use("interp"):
-        want, _ = program.run(*inputs)
+    program, inputs, want = on_the_interpreter(name, 7)
     with backends.use("cuda"):
         got, reports = program.run(*inputs)
     assert reports and all(r.checks is False for r in reports)

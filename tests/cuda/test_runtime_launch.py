@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuda_programs import LIBRARY, lowered, needs_toolchain
+from cuda_programs import needs_toolchain, on_the_interpreter
 from tessera_ref import backends
 from tessera_ref.backends.cuda import runtime
 from tessera_ref.interp.tile import run as run_tile
@@ -113,12 +113,7 @@ def _bits(a):
 @pytest.mark.parametrize("name", ["softmax", "elementwise_bf16", "elementwise_e4m3", "matmul_f32", "layernorm"])
 def test_a_program_through_the_launch_contract_gives_the_interpreters_bits(fake_cuda, name):
     backend, calls = fake_cuda
-    program = lowered(name)
-    _, args, _ = LIBRARY[name]
-    rng = np.random.default_rng(5)
-    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in args]
-    with backends.use("interp"):
-        want, _ = program.run(*inputs)
+    program, inputs, want = on_the_interpreter(name, 5)
     with backends.use(backend):
         got, reports = program.run(*inputs)
     kernels = [p for _, p in program.steps if p is not None]
