@@ -81,6 +81,11 @@ class CudaCpuBackend(Backend):
                            fix="run mesh programs on the 'interp' backend")
 
     def launch(self, launch) -> CpuLaunchReport:
+        return self.run_source(launch, render(launch.module))
+
+    def run_source(self, launch, source) -> CpuLaunchReport:
+        """Run ``launch`` with its kernel compiled from ``source`` (a :class:`~..source.Source`:
+        the rendering of ``launch.module``, or a changed copy of it, as mutation tests plant bugs)."""
         kernels = [op for op in launch.module.body if T.is_kernel(op)]
         func = next((k for k in kernels if launch.kernel in (None, k.attributes["sym_name"])), None)
         if func is None:
@@ -104,7 +109,6 @@ class CudaCpuBackend(Backend):
                          if isinstance(t, TensorType) else np.dtype(t.format.dtype))
                 args.append(np.asarray(value, dtype=dtype).reshape(1))
         args += [np.array([sizes[s]], np.int64) for s in attrs.get("tile.sizes", {})]
-        source = render(launch.module)
         lib = build.library(source, [k.attributes["sym_name"] for k in kernels])
         smem = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
         options = harness.Options(self.options.schedule, self.options.cp_async, _tc_block(func))

@@ -1,6 +1,7 @@
 """Compile rendered CUDA C for the CPU with g++ and the twin (CUDA-CPU-1, CUDA-CPU-6).
 
-The translation unit is the rendered text itself, line for line (``#line 1`` first, so
+The translation unit is ``#include "tessera_cpu.h"`` (the twin), then the rendered text
+itself, line for line (under ``#line 1``, so
 ``__LINE__`` and g++'s messages name CUDA source lines), followed by one
 ``TSR_CPU_LAUNCHER(kernel)`` per kernel: ``extern "C" int tsr_launch_<kernel>(grid, lanes,
 args, options, result)``. The include path puts ``include/`` (the twin's stand-ins for
@@ -71,7 +72,7 @@ def _rewrite_asm(text: str, locations: dict) -> str:
 def translation_unit(source, kernels) -> str:
     """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching ``kernels``."""
     text = _rewrite_asm(source.text, getattr(source, "locations", {}))
-    return '#line 1 "kernel.cu"\n' + text + "\n" + "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
+    return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
 
 
 @functools.lru_cache(maxsize=1)

@@ -27,8 +27,8 @@ SCHEDULES = ("lockstep", "reverse", "random:SEED")
 #: The cp.async modes.
 CP_ASYNC = ("deferred", "eager")
 
-_KINDS = {1: "divergent barrier", 2: "barrier after exit", 3: "partial warp", 4: "deadlock", 5: "bad launch",
-          6: "unsupported operation"}
+_KINDS = {1: "divergent barrier", 2: "barrier after exit", 3: "partial warp", 4: "bad launch",
+          5: "unsupported operation"}
 
 
 class HarnessFinding(BackendError):

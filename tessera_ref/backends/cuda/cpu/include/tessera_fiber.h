@@ -5,8 +5,8 @@
 // scheduler, which runs the other ready fibers in the order of the schedule and, once none is
 // ready, releases what can be released: a warp collective whose 32 lanes all wait at it, then
 // a barrier that every live thread of the block waits at. Whatever cannot be released is a
-// finding (a divergent barrier, a barrier some threads exited before, a partial warp, a
-// deadlock) and ends the launch. Blocks run one after another; shared memory is refilled with
+// finding (a divergent barrier, a barrier some threads exited before, a warp operation that
+// not all 32 lanes reach: the block deadlocks) and ends the launch. Blocks run one after another; shared memory is refilled with
 // 0xFF bytes (NaN in every float format) before each block.
 //
 // The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
@@ -96,8 +96,8 @@ alignas(128) unsigned char tsr_smem[227 * 1024];  // the running block's dynamic
 
 namespace tsr_cpu {
 
-enum Finding { NONE = 0, DIVERGENT_BARRIER = 1, BARRIER_AFTER_EXIT = 2, PARTIAL_WARP = 3, DEADLOCK = 4,
-               BAD_LAUNCH = 5, UNSUPPORTED = 6 };
+enum Finding { NONE = 0, DIVERGENT_BARRIER = 1, BARRIER_AFTER_EXIT = 2, PARTIAL_WARP = 3, BAD_LAUNCH = 4,
+               UNSUPPORTED = 5 };
 enum State { READY, AT_BARRIER, AT_WARP, DONE };
 enum WarpOp { SHFL = 1, BALLOT, MMA, LDMATRIX };
 
@@ -303,7 +303,7 @@ inline bool release(Runtime& r) {
     lanes_text(a, sizeof a, mates);
     lanes_text(b, sizeof b, missing);
     finding(PARTIAL_WARP, f.line, line, "%s of warp %u (line %d) is reached by lanes %s only; lanes %s %s: a warp "
-            "collective needs all 32 lanes of the warp (blockDim.x = %u)", op_name(f.op), w, f.line, a, b,
+            "collective needs all 32 lanes of the warp (blockDim.x = %u): the block deadlocks", op_name(f.op), w, f.line, a, b,
             w * 32 + 32 > r.lanes ? "do not exist" : "exited or wait elsewhere", r.lanes);
     return false;
   }
