@@ -108,6 +108,24 @@ template <class T> inline T tsr_cvt(__half x) { return tsr_cvt<T>((double)x); }
 template <class T> inline T tsr_cvt(__nv_bfloat16 x) { return tsr_cvt<T>((double)x); }
 template <class T> inline T tsr_cvt(__nv_fp8_e4m3 x) { return tsr_cvt<T>((double)x); }
 template <class T> inline T tsr_cvt(__nv_fp8_e5m2 x) { return tsr_cvt<T>((double)x); }
+// 16-bit arithmetic as cuda_fp16.hpp / cuda_bf16.hpp's operators on sm_80+ (HADD, HMUL …, one
+// rounding): the operation exact (or, for /, correctly rounded) in f64, then NUM-CVT's rounding
+// (f64 has more than 2·11 + 2 bits: no double-rounding error)
+#define TSR_CPU_ARITH(T)                                                                              \
+  inline T operator+(T a, T b) { return tsr_cvt<T>((double)a + (double)b); }                          \
+  inline T operator-(T a, T b) { return tsr_cvt<T>((double)a - (double)b); }                          \
+  inline T operator*(T a, T b) { return tsr_cvt<T>((double)a * (double)b); }                          \
+  inline T operator/(T a, T b) { return tsr_cvt<T>((double)a / (double)b); }                          \
+  inline T operator-(T a) { T r = a; r.__x ^= 0x8000; return r; }                                       \
+  inline bool operator==(T a, T b) { return (double)a == (double)b; }                                   \
+  inline bool operator!=(T a, T b) { return (double)a != (double)b; }                                   \
+  inline bool operator<(T a, T b) { return (double)a < (double)b; }                                     \
+  inline bool operator<=(T a, T b) { return (double)a <= (double)b; }                                   \
+  inline bool operator>(T a, T b) { return (double)a > (double)b; }                                     \
+  inline bool operator>=(T a, T b) { return (double)a >= (double)b; }
+TSR_CPU_ARITH(__half)
+TSR_CPU_ARITH(__nv_bfloat16)
+#undef TSR_CPU_ARITH
 // 16-bit max/min and NUM-MATH through f32, as the device header's device half does
 #define TSR_CPU_16(T)                                                                             \
   inline T tsr_max(T a, T b) { return tsr_cvt<T>(tsr_max((float)a, (float)b)); }                 \
