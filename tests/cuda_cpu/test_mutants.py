@@ -76,7 +76,8 @@ def _line_of(text, pattern, n=0):
 BARRIER = r"__syncthreads\(\);"
 K_LOOP = r"for \(int k = 0; k < (\d+); \+\+k\) \{"
 
-#: name -> (program, plant, the planted line's pattern and occurrence)
+#: name -> (program, plant, (pattern, occurrence) of the line a finding names: the planted line, or
+#: for an off-by-one bound the access it lets through)
 MUTANTS = {
     "removed barrier (matmul)": ("matmul_f32", _nth(BARRIER, ";"), (BARRIER, 0)),
     "removed barrier (attention, 1st)": ("attention", _nth(BARRIER, ";", 0), (BARRIER, 0)),
@@ -90,7 +91,7 @@ MUTANTS = {
     "split k loop": ("matmul_f32", _nth(K_LOOP, r"for (int k0 = 0; k0 < \1; ++k0) { const int k = (k0 + \1 / 2) % \1;"),
                      (K_LOOP, 0)),
     "off-by-one bound": ("softmax_100", _nth(r"(bool v\d+ = v\d+) < (v\d+);", r"\1 <= \2;", 1),
-                         (r"bool v\d+ = v\d+ <", 1)),
+                         (r"float v\d+ = x\[", 1)),  # the read one past the row: past the end in the last row
     "swapped mma fragment register": ("matmul_tc", _nth(r'"r"\(fa\[0\]\[1\]\), "r"\(fa\[0\]\[2\]\)',
                                                         '"r"(fa[0][2]), "r"(fa[0][1])'), (r"mma\.sync", 0)),
     "barrier in a divergent branch": ("matmul_f32", _nth(BARRIER, "if (threadIdx.x < 64) __syncthreads();"),

@@ -263,3 +263,39 @@ def test_unknown_launch_options_are_refused(bad):
 def test_a_bad_launch_shape_is_refused():
     with pytest.raises(HarnessFinding, match="1 to 1024 threads per block"):
         run_text(BALLOT, "ballot", (1,), 2048, [np.zeros(64, np.int32), np.zeros(64, np.uint32)])
+
+
+OUT_OF_BOUNDS = r"""
+extern "C" __global__ void past(const float* x, float* y, int extra) {
+  int i = threadIdx.x;
+  y[i] = x[i + extra];
+}
+"""
+
+
+@pytest.mark.parametrize("extra, buffer, distance", [(8, "argument 0", "0 bytes past the end"),
+                                                     (-100, "argument 0", "400 bytes before the start")])
+def test_an_access_outside_a_buffer_is_a_memory_fault_naming_the_line_and_the_buffer(extra, buffer, distance):
+    x, y = np.arange(1024, dtype=np.float32), np.zeros(1024, np.float32)
+    with pytest.raises(HarnessFinding, match=rf"memory fault .*{distance} of {buffer} \(4096 bytes\)") as info:
+        run_text(OUT_OF_BOUNDS, "past", (1,), 1024, [x, y, np.int32(extra)])
+    assert info.value.line == 8 and "CUDA line 8: y[i] = x[i + extra];" in str(info.value)
+
+
+SMEM_PAST = r"""
+extern "C" __global__ void over(float* y) {
+  extern __shared__ __align__(16) unsigned char tsr_smem[];
+  float* s = reinterpret_cast<float*>(tsr_smem);
+  s[threadIdx.x * 1024] = 1.0f;
+  y[threadIdx.x] = s[threadIdx.x * 1024];
+}
+"""
+
+
+def test_an_access_past_the_shared_memory_of_the_launch_is_a_memory_fault():
+    y = np.zeros(32, np.float32)
+    with pytest.raises(HarnessFinding, match="memory fault") as info:
+        run_text(SMEM_PAST, "over", (1,), 32, [y], smem=4096)
+    assert info.value.line == 9
+    run_text(SMEM_PAST, "over", (1,), 32, [y], smem=32 * 4096)  # with enough shared memory it runs
+    assert (y == 1.0).all()

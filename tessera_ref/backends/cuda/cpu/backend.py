@@ -113,7 +113,8 @@ class CudaCpuBackend(Backend):
         smem = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
         options = harness.Options(self.options.schedule, self.options.cp_async, _tc_block(func))
         start = time.perf_counter()
-        switches = harness.run(lib, name, launch.grid, launch.lanes, args, smem, options, source)
+        switches = harness.run(lib, name, launch.grid, launch.lanes, args, smem, options, source,
+                               params + list(attrs.get("tile.sizes", {})))
         seconds = time.perf_counter() - start
         for value, host in copies:
             value[...] = host

@@ -9,7 +9,8 @@ args, options, result)``. The include path puts ``include/`` (the twin's stand-i
 one rewrite: each inline-PTX ``mma.sync.aligned.m16n8k16`` statement the renderer writes
 becomes ``TSR_CPU_MMA(...)`` on the same line with the same operands; any other ``asm`` is a
 :class:`UnsupportedPTX` naming its line. Flags :data:`FLAGS`: ``-O2 -fno-fast-math
--ffp-contract=off`` (an fma only where the source calls ``fmaf``/``fma``). Shared libraries
+-ffp-contract=off`` (an fma only where the source calls ``fmaf``/``fma``), ``-g`` (the line
+table names the CUDA line of a memory fault). Shared libraries
 are cached under ``$TESSERA_CACHE_DIR/cuda-cpu`` (default ``~/.cache/tessera_ref``), keyed by
 the sha256 of the unit, the flags, the twin's and the device header's bytes and g++'s version;
 an entry is written to a temporary name and renamed into place.
@@ -32,13 +33,16 @@ from ....errors import BackendError
 from ..compile import CompileError, cache_dir
 from ..toolchain import HEADER_DIR
 
-__all__ = ["FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
+__all__ = ["FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
 
 #: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, the CUDA header stand-ins).
 TWIN_DIR = Path(__file__).parent / "include"
 #: g++'s options for every kernel library.
-FLAGS = ("-std=c++17", "-O2", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
+FLAGS = ("-std=c++17", "-O2", "-g", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
          "-fno-strict-aliasing")
+#: The same at -O0, whose line table names the exact line of every access (a memory fault's
+#: launch is run again with them to name its line).
+DEBUG_FLAGS = tuple("-O0" if f == "-O2" else f for f in FLAGS)
 
 
 class UnsupportedPTX(BackendError):

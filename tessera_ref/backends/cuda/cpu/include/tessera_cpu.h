@@ -288,17 +288,21 @@ inline void release_warp(Runtime& r, unsigned warp) {
 }
 
 // The device operations, called through macros that pass the CUDA source line.
-struct At {
+struct At {  // each operation records its line as the thread's current one (named by a memory fault)
   int line;
   template <int BYTES> void cp_async(void* dst, const void* src) const {
     static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
     Fiber& f = self();
+    f.line = line;
     Copy c{dst, src, BYTES, f.committed};
     if (rt().opt.eager) perform(c);
     else f.copies.push_back(c);
   }
   void commit() const { ++self().committed; }
-  template <int N> void wait() const { complete_copies(self(), N); }
+  template <int N> void wait() const {
+    self().line = line;
+    complete_copies(self(), N);
+  }
   template <class T> T shfl_xor(T x, int offset) const {
     static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
     Fiber& f = self();

@@ -19,9 +19,13 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <csetjmp>
+#include <csignal>
 #include <mutex>
 #include <vector>
+#include <dlfcn.h>
 #include <sys/mman.h>
+#include <ucontext.h>
 
 #if !defined(__x86_64__)
 #error "the CUDA-on-CPU harness switches fibers with x86-64 code only"
@@ -89,15 +93,20 @@ struct tsr_cpu_result {
   int other_line;          // a second line (the other barrier, the other warp operation), or 0
   long block[3];           // the block it happened in
   unsigned long long switches;
+  unsigned long long fault_address;  // a memory fault: the address accessed
+  unsigned long long fault_pc;       // and the faulting instruction's offset in its library
+  char fault_library[512];           // that library's path
   char text[1024];
 };
 
-alignas(128) unsigned char tsr_smem[227 * 1024];  // the running block's dynamic shared memory
+// the running block's dynamic shared memory; the pages past the launch's size are made
+// inaccessible during a launch, so an access beyond it faults
+alignas(4096) unsigned char tsr_smem[227 * 1024 + 4096];
 
 namespace tsr_cpu {
 
 enum Finding { NONE = 0, DIVERGENT_BARRIER = 1, BARRIER_AFTER_EXIT = 2, PARTIAL_WARP = 3, BAD_LAUNCH = 4,
-               UNSUPPORTED = 5 };
+               UNSUPPORTED = 5, MEMORY_FAULT = 6 };
 enum State { READY, AT_BARRIER, AT_WARP, DONE };
 enum WarpOp { SHFL = 1, BALLOT, MMA, LDMATRIX };
 
@@ -132,6 +141,7 @@ struct Runtime {
   tsr_cpu_result* out = nullptr;
   Entry entry = nullptr;
   void** args = nullptr;
+  sigjmp_buf escape;         // where a memory fault in a fiber returns to
   std::vector<Fiber> fibers;
   std::vector<unsigned char*> stacks;
   void* sched_sp = nullptr;
@@ -353,6 +363,52 @@ inline bool run_block(Runtime& r) {
   }
 }
 
+// -- memory faults: an access outside the buffers (guard pages) or a fiber's stack ------------------
+inline thread_local bool in_launch = false;
+inline struct sigaction old_segv, old_bus;
+
+inline void on_fault(int sig, siginfo_t* info, void* context) {
+  if (!in_launch) {  // not ours: the previous handler takes the fault again
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+    return;
+  }
+  Runtime& r = rt();
+  void* pc = (void*)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP];
+  Dl_info where;
+  r.out->fault_address = (unsigned long long)info->si_addr;
+  if (dladdr(pc, &where) && where.dli_fname) {
+    r.out->fault_pc = (unsigned long long)((char*)pc - (char*)where.dli_fbase);
+    snprintf(r.out->fault_library, sizeof r.out->fault_library, "%s", where.dli_fname);
+  }
+  int line = r.cur ? r.cur->line : 0;
+  finding(MEMORY_FAULT, line, 0, "thread %u touched address 0x%llx outside every buffer it was given (signal %d)",
+          r.cur ? r.cur->lane : 0u, (unsigned long long)info->si_addr, sig);
+  siglongjmp(r.escape, 1);
+}
+
+inline void guard(bool on, long smem) {  // the handlers, the alternate stack, the shared-memory guard
+  static thread_local unsigned char alt[64 * 1024];
+  long from = (smem + 4095) / 4096 * 4096;
+  mprotect(tsr_smem + from, sizeof tsr_smem - (size_t)from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+  if (on) {
+    stack_t ss{};
+    ss.ss_sp = alt;
+    ss.ss_size = sizeof alt;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa{};
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+  } else {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+  }
+  in_launch = on;
+}
+
 inline int launch(Entry entry, const long* grid, int lanes, void** args, const tsr_cpu_options* opt,
                   tsr_cpu_result* out) {
   Runtime& r = rt();
@@ -384,12 +440,19 @@ inline int launch(Entry entry, const long* grid, int lanes, void** args, const t
     r.stacks.push_back((unsigned char*)p + 4096);
   }
   bool ok = true;
-  for (unsigned z = 0; z < r.grid.z && ok; ++z)
-    for (unsigned y = 0; y < r.grid.y && ok; ++y)
-      for (unsigned x = 0; x < r.grid.x && ok; ++x) {
-        r.block = {x, y, z};
-        ok = run_block(r);
-      }
+  guard(true, opt->smem);
+  if (sigsetjmp(r.escape, 1)) {
+    ok = false;  // a memory fault (recorded by on_fault); the fibers are abandoned
+  } else {
+    for (unsigned z = 0; z < r.grid.z && ok; ++z)
+      for (unsigned y = 0; y < r.grid.y && ok; ++y)
+        for (unsigned x = 0; x < r.grid.x && ok; ++x) {
+          r.block = {x, y, z};
+          ok = run_block(r);
+        }
+  }
+  guard(false, opt->smem);
+  r.cur = nullptr;
   out->switches = r.switches;
   return ok ? 0 : 1;
 }
