@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....errors import BackendError
+from ....errors import BackendError, LoweringError
 from ....ir import TensorType
 from ....ir import tile as T
 from ....ir.types import IndexType
@@ -81,7 +81,12 @@ class CudaCpuBackend(Backend):
                            fix="run mesh programs on the 'interp' backend")
 
     def launch(self, launch) -> CpuLaunchReport:
-        return self.run_source(launch, render(launch.module))
+        try:
+            source = render(launch.module)
+        except LoweringError as exc:  # what the emitter cannot write, the harness cannot run
+            raise BackendError(f"the cuda-cpu backend runs rendered CUDA C; the CUDA emitter refuses this kernel: "
+                               f"{exc.what}", location=exc.location, fix=exc.fix) from None
+        return self.run_source(launch, source)
 
     def run_source(self, launch, source) -> CpuLaunchReport:
         """Run ``launch`` with its kernel compiled from ``source`` (a :class:`~..source.Source`:
