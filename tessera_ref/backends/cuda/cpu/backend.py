@@ -19,6 +19,7 @@ import numpy as np
 from ....errors import BackendError, LoweringError
 from ....ir import TensorType
 from ....ir import tile as T
+from ....ir.launch import kernel_arguments
 from ....ir.types import IndexType
 from ....numerics import tc
 from ...base import Backend
@@ -97,19 +98,13 @@ class CudaCpuBackend(Backend):
             raise BackendError(f"the module has no kernel {launch.kernel!r}", fix="name one of its kernels")
         attrs = func.attributes
         name, params = attrs["sym_name"], list(attrs["tile.params"])
-        values = [launch.buffers[p] for p in params] if isinstance(launch.buffers, dict) else list(launch.buffers)
-        args, copies, sizes = [], [], {}
+        values, sizes = kernel_arguments(func, launch.buffers)  # TILE-EXEC-1: a KernelError for bad arguments
+        args = []
         for arg, value in zip(func.regions[0].entry.args, values):
             t = arg.type
             if isinstance(t, TensorType) and t.rank > 0:
-                host = np.ascontiguousarray(value)
-                if host is not value:
-                    copies.append((value, host))  # written back after the launch
-                for d, n in zip(t.shape, host.shape):
-                    if isinstance(d, str):
-                        sizes.setdefault(d, n)
-                args.append(host)
-            else:
+                args.append(value)  # C-contiguous, written in place
+            else:  # the renderer's scalars: index -> long, a 0-d mask -> bool, a number in its format
                 dtype = (np.dtype(np.int64) if isinstance(t, IndexType) else np.dtype(np.bool_)
                          if isinstance(t, TensorType) else np.dtype(t.format.dtype))
                 args.append(np.asarray(value, dtype=dtype).reshape(1))
@@ -121,7 +116,5 @@ class CudaCpuBackend(Backend):
         switches = harness.run(lib, name, launch.grid, launch.lanes, args, smem, options, source,
                                params + list(attrs.get("tile.sizes", {})))
         seconds = time.perf_counter() - start
-        for value, host in copies:
-            value[...] = host
         grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
         return CpuLaunchReport(name, grid, launch.lanes, options.schedule, options.cp_async, switches, seconds)
