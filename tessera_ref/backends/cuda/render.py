@@ -501,6 +501,9 @@ class _Emitter:
     def _owned(self, t, body, own=None) -> None:
         """``body(slot, m, n)`` for every fragment element this lane owns: cyclically, or by
         ``own``'s layout in a fully unrolled slot loop (constant register indices)."""
+        if len(t.shape) != 2:
+            raise LoweringError(f"the CUDA emitter handles fragments of rank 2 (rows x columns), got {t}",
+                                location=self.location, fix="use [rows, columns] fragments (a row vector is [1, n])")
         if own is not None:
             self.emit("#pragma unroll")
             self.emit(f"for (int s = 0; s < {own.values}; ++s) {{")
