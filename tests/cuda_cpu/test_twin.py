@@ -131,7 +131,8 @@ def test_mma_sync_computes_the_tensor_core_model_in_the_ptx_fragment_layout(mode
 def test_mma_sync_without_a_tensor_core_model_is_a_finding():
     z = np.zeros((32, 4), np.uint32)
     with pytest.raises(HarnessFinding, match="names no tensor-core model"):
-        run_text(MMA, "mma", (1,), 32, [z, z[:, :2].copy(), np.zeros((32, 4), np.float32), np.zeros((32, 4), np.float32)])
+        run_text(MMA, "mma", (1,), 32, [z, z[:, :2].copy(), np.zeros((32, 4), np.float32),
+                                        np.zeros((32, 4), np.float32)])
 
 
 ATOMIC = r"""
@@ -299,3 +300,46 @@ def test_an_access_past_the_shared_memory_of_the_launch_is_a_memory_fault():
     assert info.value.line == 9
     run_text(SMEM_PAST, "over", (1,), 32, [y], smem=32 * 4096)  # with enough shared memory it runs
     assert (y == 1.0).all()
+
+
+def test_builds_are_cached_on_disk_by_source_and_flags(tmp_path, monkeypatch):
+    from tessera_ref.backends.cuda.cpu import build
+    from tessera_ref.backends.cuda.source import Source
+    from cpu_programs import PRELUDE
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "_LOADED", {})  # nothing loaded yet
+    source = Source(PRELUDE + BALLOT)
+    build.library(source, ["ballot"])
+    assert len(list((tmp_path / "cuda-cpu").glob("*.so"))) == 1
+    monkeypatch.setattr(build, "_LOADED", {})  # a fresh process: the library comes from the disk cache
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("g++ called")
+    monkeypatch.setattr(build.subprocess, "run", no_compiler)
+    lib = build.library(source, ["ballot"])
+    p, out = (np.arange(32) % 2).astype(np.int32), np.zeros(32, np.uint32)
+    from tessera_ref.backends.cuda.cpu import harness
+    harness.run(lib, "ballot", (1,), 32, [p, out], 0, harness.Options(), source)
+    assert (out == 0xAAAAAAAA).all()
+    with pytest.raises(RuntimeError, match="g\\+\\+ called"):  # other flags: another key
+        build.library(source, ["ballot"], flags=build.DEBUG_FLAGS)
+
+
+def test_launches_from_several_threads_give_the_same_bits():
+    import threading
+    x = np.arange(128, dtype=np.float32)
+    outs = [np.zeros((3, 128), np.float32) for _ in range(4)]
+
+    def work(i):
+        for j, off in enumerate((1, 2, 4)):
+            o = [np.zeros(128, np.float32), np.zeros(128), np.zeros(128, np.int32)]
+            run_text(SHUFFLE, "shuffle", (2,), 64, [x, np.zeros(128), np.zeros(128, np.int32), *o, np.int32(off)],
+                     schedule=f"random:{i}")
+            outs[i][j] = o[0]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    lane = np.arange(128)
+    want = np.stack([x[(lane & ~31) | ((lane & 31) ^ off)] for off in (1, 2, 4)])
+    assert all(np.array_equal(o, want) for o in outs)

@@ -33,7 +33,7 @@ from ...ir import Module, Operation
 from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
 from ...ir.launch import kernel_arguments
-from ...ir.types import IndexType, ScalarType, TensorType
+from ...ir.types import ScalarType, TensorType
 from ...numerics import get_format, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical

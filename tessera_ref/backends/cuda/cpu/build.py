@@ -76,7 +76,8 @@ def _rewrite_asm(text: str, locations: dict) -> str:
 def translation_unit(source, kernels) -> str:
     """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching ``kernels``."""
     text = _rewrite_asm(source.text, getattr(source, "locations", {}))
-    return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
+    launchers = "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
+    return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + launchers
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,11 +11,11 @@ moment the program may rely on) or ``"eager"`` (at issue). A finding raises
 and the Tile IR op (the user's source line) that line came from.
 
 Every argument is copied into memory of its own whose end (rounded up to 16 bytes) touches an
-inaccessible page (another one lies before its first page), and the shared memory past the launch's size is made inaccessible too, so
-an access past the end of a buffer or of the shared memory faults; the fault is caught (the
-launch ends), the launch is run again from a ``-O0`` build whose line table names the exact
-line, and it is reported as a finding naming the argument, how far past its end the access
-was, and the CUDA line (``addr2line``).
+inaccessible page (another one lies before its first page), and the shared memory past the
+launch's size is made inaccessible too, so an access past the end of a buffer or of the
+shared memory faults; the fault is caught (the launch ends), the launch is run again from a
+``-O0`` build whose line table names the exact line, and it is reported as a finding naming
+the argument, how far past its end the access was, and the CUDA line (``addr2line``).
 """
 from __future__ import annotations
 
@@ -68,7 +68,8 @@ class _Options(ctypes.Structure):
 class _Result(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("line", ctypes.c_int), ("other_line", ctypes.c_int),
                 ("block", ctypes.c_long * 3), ("switches", ctypes.c_ulonglong), ("fault_address", ctypes.c_ulonglong),
-                ("fault_pc", ctypes.c_ulonglong), ("fault_library", ctypes.c_char * 512), ("text", ctypes.c_char * 1024)]
+                ("fault_pc", ctypes.c_ulonglong), ("fault_library", ctypes.c_char * 512),
+                ("text", ctypes.c_char * 1024)]
 
 
 def parse_schedule(schedule: str) -> tuple[int, int]:

@@ -55,7 +55,8 @@ inline double2 make_double2(double x, double y) { return {x, y}; }
 // -- narrow formats: storage, exact decoding, NUM-CVT encoding ------------------------------------
 namespace tsr_cpu {
 inline double decode(unsigned code, int man, int bias, int bits, bool fn) {  // exact value of a code
-  unsigned sign = code >> (bits - 1), ex = (code >> man) & ((1u << (bits - 1 - man)) - 1), fr = code & ((1u << man) - 1);
+  unsigned sign = code >> (bits - 1), ex = (code >> man) & ((1u << (bits - 1 - man)) - 1);
+  unsigned fr = code & ((1u << man) - 1);
   unsigned top = (1u << (bits - 1 - man)) - 1;
   double v;
   if (fn ? (ex == top && fr == (1u << man) - 1) : (ex == top && fr)) v = TSR_NAN;

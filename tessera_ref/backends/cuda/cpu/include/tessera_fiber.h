@@ -6,8 +6,8 @@
 // ready, releases what can be released: a warp collective whose 32 lanes all wait at it, then
 // a barrier that every live thread of the block waits at. Whatever cannot be released is a
 // finding (a divergent barrier, a barrier some threads exited before, a warp operation that
-// not all 32 lanes reach: the block deadlocks) and ends the launch. Blocks run one after another; shared memory is refilled with
-// 0xFF bytes (NaN in every float format) before each block.
+// not all 32 lanes reach: the block deadlocks) and ends the launch. Blocks run one after
+// another; shared memory is refilled with 0xFF bytes (NaN in every float format) before each.
 //
 // The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
 // SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
@@ -313,7 +313,8 @@ inline bool release(Runtime& r) {
     lanes_text(a, sizeof a, mates);
     lanes_text(b, sizeof b, missing);
     finding(PARTIAL_WARP, f.line, line, "%s of warp %u (line %d) is reached by lanes %s only; lanes %s %s: a warp "
-            "collective needs all 32 lanes of the warp (blockDim.x = %u): the block deadlocks", op_name(f.op), w, f.line, a, b,
+            "collective needs all 32 lanes of the warp (blockDim.x = %u): the block deadlocks",
+            op_name(f.op), w, f.line, a, b,
             w * 32 + 32 > r.lanes ? "do not exist" : "exited or wait elsewhere", r.lanes);
     return false;
   }
