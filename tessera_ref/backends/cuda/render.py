@@ -315,7 +315,13 @@ class _Emitter:
         self.value(op, "threadIdx.x")
 
     def op_linear_id(self, op):
-        self.value(op, f"({self.idx})blockIdx.x * blockDim.x + threadIdx.x")
+        """TILE-MODEL-1: tiles row-major over the grid (the last axis fastest), then lanes; a
+        kernel whose grid is known to be one-dimensional needs only blockIdx.x."""
+        grid = self.func.attributes.get("launch.grid")
+        tile = f"({self.idx})blockIdx.x"
+        if grid is None or len(grid) > 1:
+            tile = f"(({tile} * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z)"
+        self.value(op, f"{tile} * blockDim.x + threadIdx.x")
 
     def op_tile_id(self, op):
         self.value(op, f"blockIdx.{'xyz'[op.attributes['axis']]}")
