@@ -24,7 +24,7 @@ from ..sim.pipeline import order, timing
 from . import events
 from .collectives import mailbox_scope, recv, send
 from .mesh import Mesh
-from .tensor import DistTensor, stack_shape
+from .tensor import DistTensor, stack_shape, tensor
 
 __all__ = ["pipeline", "Pipeline", "PipelineResult", "microbatches", "register_differentiation"]
 
@@ -194,8 +194,9 @@ class Pipeline:
 
     def _backward(self, j: int, k: int, state) -> None:
         if k == len(self.stages) - 1:
-            loss = state.losses[j]
-            ct = DistTensor(loss.type, loss.mesh, None if loss.is_abstract else np.ones_like(loss.local))
+            loss = state.losses[j]  # d loss / d loss = 1, replicated (a pending sum's every term has slope 1)
+            ct = tensor(loss.shape, None, loss.mesh, dtype=loss.type.policy,
+                        data=None if loss.is_abstract else np.ones(loss.shape))
         else:
             ct = self._move(state.cotangents.pop((j, k + 1)), k + 1, k, tag=len(self.stages) + k)
         g = state.pullbacks.pop((j, k))(ct)
