@@ -12,7 +12,7 @@ to stage 0 by ``dist.send``/``dist.recv``; each stage differentiates its own blo
 
 It prints the schedule, the bits of the losses and gradients against the same model run on
 stage 0's devices without a pipeline (micro-batch by micro-batch, gradients summed in
-micro-batch order: DIST-PP-3), the SHA-256 of those losses and gradients (the same on every
+micro-batch order: MESH-PP-3), the SHA-256 of those losses and gradients (the same on every
 run), and then, on abstract tensors of a larger size, the bubble the simulated machine shows
 against the formula ``(p − 1)/m``.
 """

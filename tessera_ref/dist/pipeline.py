@@ -1,4 +1,4 @@
-"""Pipeline parallelism over a mesh axis (DIST-PP-1 … DIST-PP-5).
+"""Pipeline parallelism over a mesh axis (MESH-PP-1 … MESH-PP-5).
 
 ``dist.pipeline(stages, mesh, mesh_axis="pp", microbatches=M, schedule="1f1b", loss=f)``
 runs a model as stages over the ``pp`` axis of ``mesh``: stage (model chunk) ``k`` runs on the
@@ -7,7 +7,7 @@ sub-mesh ``mesh.sub(pp=k mod p)`` with its own parameters, the micro-batches of 
 gives (:func:`tessera_ref.sim.pipeline.order`), and activations and their gradients cross
 stage boundaries by ``dist.send``/``dist.recv`` (MESH-COLL-7), so the communicator carries them
 and the simulated machine times them. Gradients are summed over micro-batches in ascending
-micro-batch order (DIST-PP-3).
+micro-batch order (MESH-PP-3).
 
 Differentiation comes from the autodiff layer, above this one: it registers its ``vjp`` here
 (:func:`register_differentiation`) when it is imported.
@@ -37,7 +37,7 @@ def register_differentiation(vjp) -> None:
 
 
 def microbatches(x: DistTensor, m: int) -> list:
-    """``x`` cut into ``m`` micro-batches along dimension 0 (DIST-PP-2): on every device,
+    """``x`` cut into ``m`` micro-batches along dimension 0 (MESH-PP-2): on every device,
     micro-batch ``j`` is rows ``[j·b/m, (j+1)·b/m)`` of its local block of ``b`` rows, so a
     batch split over data-parallel ranks gives each rank its own share of every micro-batch.
     A local slice: no communication, no compute."""
@@ -72,7 +72,7 @@ def microbatches(x: DistTensor, m: int) -> list:
 class PipelineResult(NamedTuple):
     """What a training step of a :class:`Pipeline` returns: ``losses``, one per micro-batch (on the
     last stage's sub-mesh), and ``grads``, per stage (model chunk) the tuple of its parameters'
-    gradients summed over the micro-batches (DIST-PP-3)."""
+    gradients summed over the micro-batches (MESH-PP-3)."""
 
     losses: list
     grads: list
@@ -89,7 +89,7 @@ class _State:
 
 
 class Pipeline:
-    """A model as pipeline stages over one mesh axis (DIST-PP-1); made by :func:`pipeline`."""
+    """A model as pipeline stages over one mesh axis (MESH-PP-1); made by :func:`pipeline`."""
 
     def __init__(self, stages, mesh: Mesh, mesh_axis: str, microbatches: int, schedule: str, virtual_stages: int,
                  loss):
@@ -206,12 +206,12 @@ class Pipeline:
         state.grads[k] = tuple(g) if acc is None else tuple(s + gi for s, gi in zip(acc, g))
 
     def __call__(self, x, params, targets=None) -> list:
-        """The forward pass only: the loss of each micro-batch (DIST-PP-4)."""
+        """The forward pass only: the loss of each micro-batch (MESH-PP-4)."""
         return self._run(x, params, targets, train=False).losses
 
     def step(self, x, params, targets=None) -> PipelineResult:
         """Forward and backward of every micro-batch in the schedule's order: the losses and the
-        gradients summed over micro-batches (DIST-PP-3)."""
+        gradients summed over micro-batches (MESH-PP-3)."""
         return self._run(x, params, targets, train=True)
 
 
@@ -220,5 +220,5 @@ def pipeline(stages, mesh: Mesh, mesh_axis: str = "pp", microbatches: int = 1, s
     """``stages`` (a list of ``p · virtual_stages`` functions ``f(x, *params) -> y``, or one function for
     every stage) as a pipeline over ``mesh_axis`` of ``mesh`` with ``microbatches`` micro-batches,
     run in ``schedule`` order (``"gpipe"``, ``"1f1b"`` or ``"interleaved"``); ``loss(y[, target])``
-    turns the last stage's output into the micro-batch's loss (DIST-PP-1)."""
+    turns the last stage's output into the micro-batch's loss (MESH-PP-1)."""
     return Pipeline(stages, mesh, mesh_axis, microbatches, schedule, virtual_stages, loss)

@@ -1,4 +1,4 @@
-"""dist.pipeline (DIST-PP-1 … DIST-PP-5): the same bits as the model run stage after stage without a
+"""dist.pipeline (MESH-PP-1 … MESH-PP-5): the same bits as the model run stage after stage without a
 pipeline, micro-batch by micro-batch with the gradients summed in micro-batch order; the bubble
 on the simulated machine; the errors."""
 import numpy as np
@@ -72,7 +72,7 @@ def test_microbatches_by_hand():
 
 def test_full_batch_gradient_is_a_different_sum():
     """One backward over the whole batch folds the rows of each rank in one K chain; the pipeline
-    sums per-micro-batch gradients. DIST-PP-3 promises the micro-batch loop's bits only: here the
+    sums per-micro-batch gradients. MESH-PP-3 promises the micro-batch loop's bits only: here the
     two differ in the last bits (and agree to rounding)."""
     x, ws = _model(MESH, 2, seed=7)
     (g0,), (g1,) = dist.pipeline([F0, F1], MESH, microbatches=4, loss=LOSS).step(x, ws).grads
