@@ -1,4 +1,4 @@
-"""Pipeline parallelism over a mesh axis (MESH-PP-1 … MESH-PP-5).
+"""Pipeline parallelism over a mesh axis (MESH-PP-1 … MESH-PP-4).
 
 ``dist.pipeline(stages, mesh, mesh_axis="pp", microbatches=M, schedule="1f1b", loss=f)``
 runs a model as stages over the ``pp`` axis of ``mesh``: stage (model chunk) ``k`` runs on the
@@ -206,7 +206,7 @@ class Pipeline:
         state.grads[k] = tuple(g) if acc is None else tuple(s + gi for s, gi in zip(acc, g))
 
     def __call__(self, x, params, targets=None) -> list:
-        """The forward pass only: the loss of each micro-batch (MESH-PP-4)."""
+        """The forward pass only: the loss of each micro-batch (MESH-PP-1)."""
         return self._run(x, params, targets, train=False).losses
 
     def step(self, x, params, targets=None) -> PipelineResult:

@@ -1,4 +1,4 @@
-"""dist.pipeline (MESH-PP-1 … MESH-PP-5): the same bits as the model run stage after stage without a
+"""dist.pipeline (MESH-PP-1 … MESH-PP-4): the same bits as the model run stage after stage without a
 pipeline, micro-batch by micro-batch with the gradients summed in micro-batch order; the bubble
 on the simulated machine; the errors."""
 import numpy as np
