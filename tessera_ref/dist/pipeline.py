@@ -109,7 +109,7 @@ class Pipeline:
         chunks = p * virtual_stages
         if callable(stages):
             stages = [stages] * chunks
-        stages = list(stages)
+        stages = list(stages) if isinstance(stages, (list, tuple)) else [stages]
         if len(stages) != chunks or not all(callable(s) for s in stages):
             per = f" ({virtual_stages} virtual stages each)" if virtual_stages > 1 else ""
             raise MeshError(f"pipeline over {mesh_axis}={p}{per} needs {chunks} stage functions, got "

@@ -128,6 +128,8 @@ def test_the_machine_shows_the_bubble(schedule):
 @pytest.mark.parametrize("kwargs,call,needle", [
     (dict(microbatches=3), None, "3 micro-batches do not divide each device's 4 rows"),
     (dict(stages=[F0]), None, "needs 2 stage functions, got 1"),
+    (dict(stages=3), None, "needs 2 stage functions, got 1 \\(not all callable\\)"),
+    (dict(microbatches=2.0), None, "must be an int >= 1"),
     (dict(schedule="zigzag"), None, "unknown pipeline schedule"),
     (dict(mesh_axis="tp"), None, "has axes"),
     (dict(schedule="interleaved", virtual_stages=2, microbatches=1, stages=[F0, F1] * 2), None, "multiple of the stages"),
