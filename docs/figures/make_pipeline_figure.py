@@ -11,9 +11,9 @@ import os
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from tessera_ref.sim.pipeline import bubble_fraction, order, timing  # noqa: E402
+from tessera_ref.sim.pipeline import bubble_fraction, order, timing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 P, M = 4, 8

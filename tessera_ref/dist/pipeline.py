@@ -180,7 +180,7 @@ class Pipeline:
         last = k == len(self.stages) - 1
         if last:
             target = () if state.targets[j] is None else (state.targets[j],)
-            fn = lambda a_, *ws: self.loss(self.stages[k](a_, *ws), *target)  # noqa: E731
+            fn = lambda a_, *ws: self.loss(self.stages[k](a_, *ws), *target)
         else:
             fn = self.stages[k]
         if train:

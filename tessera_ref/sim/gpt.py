@@ -205,12 +205,10 @@ def iteration(c: GPTConfig, preset="A100") -> Iteration:
     placed = timing(order(c.schedule, c.p, c.m, c.v), lambda d, a: sum(parts(a.chunk, a.kind)),
                     lambda a: hop + gather)  # Megatron's scatter/gather: 1/t of the activation per NIC
     pipeline_end = max(x.end for x in placed)
-    busy = [0.0] * c.p
-    split = [[0.0, 0.0, 0.0] for _ in range(c.p)]
+    split = [[0.0, 0.0, 0.0] for _ in range(c.p)]  # per device: GEMM, other, tensor-parallel time
     for x in placed:
         for i, v in enumerate(parts(x.action.chunk, x.action.kind)):
             split[x.device][i] += v
-        busy[x.device] = x.end if x.end > busy[x.device] else busy[x.device]
     worst = max(range(c.p), key=lambda d: sum(split[d]))
     gemm, other, tp_comm = split[worst]
     # parameters of the stage with the embedding (stage 0; the last stage holds the tied copy)

@@ -11,9 +11,9 @@ from tessera_ref.sim.pipeline import order, timing
 
 S = dist.ShardSpec
 MESH = dist.Mesh(axes=["dp", "pp"], devices=range(4), shape=(2, 2))
-F0 = lambda a, w: op.tanh(op.matmul(a, w))  # noqa: E731
-F1 = lambda a, w: op.matmul(a, w)  # noqa: E731
-LOSS = lambda y: op.sum(y * y)  # noqa: E731
+F0 = lambda a, w: op.tanh(op.matmul(a, w))
+F1 = lambda a, w: op.matmul(a, w)
+LOSS = lambda y: op.sum(y * y)
 
 
 def _bits(t):
