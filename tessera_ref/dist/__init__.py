@@ -12,6 +12,9 @@ block its own (sends never received are an error when it ends); each run of a tr
 function and of a ``tessera-ref run`` script is such a scope, and outside every scope each
 thread has its own mailbox.
 
+``dist.pipeline(stages, mesh, microbatches=M, schedule="1f1b", loss=f)`` runs a model as
+stages over the ``pp`` axis, forward and backward, with send/recv at the stage boundaries.
+
 The normative rules are the ``MESH-*`` clauses of ``docs/spec/mesh.md``.
 """
 from types import SimpleNamespace
@@ -25,6 +28,7 @@ from .collectives import REDUCE_OPS, broadcast, check_pending, mailbox_scope, re
 from .events import listen
 from .execute import run_sharded  # importing it registers DistTensor with the op dispatcher
 from .mesh import Mesh, default_shape, mesh
+from .pipeline import Pipeline, PipelineResult, microbatches, pipeline
 from .redistribute import redistribute
 from .spec import PARTITION_NAMES, ShardSpec
 from .tensor import DistTensor, from_shards, tensor
@@ -37,4 +41,4 @@ collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduc
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
            "all_to_all", "permute", "send", "recv", "check_pending", "mailbox_scope", "collective", "REDUCE_OPS",
-           "run_sharded", "listen", "visualize", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
+           "run_sharded", "listen", "visualize", "pipeline", "Pipeline", "PipelineResult", "microbatches", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
