@@ -83,32 +83,32 @@ def _sizes(n: int, chunks: int) -> tuple:
 
 def _plan(op: Operation, chunks: int):
     """``(kind, matmul, collective, result dim, operand index, operand dim, sizes)`` when ``op``
-    starts a pattern this pass rewrites, else None."""
-    if op.name == SCATTER:
-        return None
+    starts a pattern this pass rewrites into ``chunks`` (>= 2) chunks, else None."""
     if op.name == MATMUL and _chunkable_matmul(op) and len(op.results[0].users) == 1:
-        rs = op.results[0].users[0]
-        out = rs.results[0].type if rs.name == SCATTER else None
-        if out is None or out.layout is None or out.layout.partial:
+        mm, coll = op, op.results[0].users[0]
+        pending = mm.results[0].type.layout.partial if mm.results[0].type.layout is not None else ()
+        if coll.name != SCATTER or coll.attributes["axis"] not in pending:
             return None
-        for rdim, i, odim in _owners(op):
-            t = op.operands[i].type
-            if rdim != rs.attributes["dim"] % out.rank and _whole(t, odim) and _whole(out, rdim) \
-                    and isinstance(t.shape[odim], int) and t.shape[odim] >= 2 and chunks >= 2:
-                return ("scatter", op, rs, rdim, i, odim, _sizes(t.shape[odim], chunks))
-    if op.name == GATHER and len(op.results[0].users) == 1:
-        mm = op.results[0].users[0]
+        kind, skip = "scatter", coll.attributes["dim"] % mm.results[0].type.rank
+        candidates = [(rdim, i, odim, mm.operands[i].type) for rdim, i, odim in _owners(mm)]
+        out = coll.results[0].type
+    elif op.name == GATHER and len(op.results[0].users) == 1:
+        mm, coll = op.results[0].users[0], op
         if not _chunkable_matmul(mm) or mm.operands[0] is mm.operands[1]:
             return None
+        x = coll.operands[0].type
+        kind, skip = "gather", x.layout.dim_of(coll.attributes["axis"])
+        candidates = [(rdim, i, odim, x) for rdim, i, odim in _owners(mm) if mm.operands[i] is coll.results[0]]
         out = mm.results[0].type
-        if out.layout is None or out.layout.partial:
-            return None
-        x = op.operands[0].type
-        gathered = x.layout.dim_of(op.attributes["axis"])
-        for rdim, i, odim in _owners(mm):
-            if mm.operands[i] is op.results[0] and odim != gathered and _whole(x, odim) and _whole(out, rdim) \
-                    and isinstance(x.shape[odim], int) and x.shape[odim] >= 2 and chunks >= 2:
-                return ("gather", mm, op, rdim, i, odim, _sizes(x.shape[odim], chunks))
+    else:
+        return None
+    if out.layout is None or out.layout.partial:
+        return None  # concat would carry out the pending reduction
+    for rdim, i, odim, t in candidates:
+        chunked = rdim if kind == "scatter" else odim
+        if chunked != skip and _whole(t, odim) and _whole(out, rdim) and isinstance(t.shape[odim], int) \
+                and t.shape[odim] >= 2:
+            return (kind, mm, coll, rdim, i, odim, _sizes(t.shape[odim], chunks))
     return None
 
 
@@ -150,7 +150,7 @@ def collective_matmul(func: Operation, chunks: int) -> Operation:
                             fix="schedule.collective_matmul(chunks=4)")
     entry = func.regions[0].entry
     plans, skipped = {}, set()
-    for op in entry:
+    for op in entry if chunks >= 2 else ():
         if id(op) in skipped or id(op) in plans:
             continue
         plan = _plan(op, chunks)
@@ -159,7 +159,7 @@ def collective_matmul(func: Operation, chunks: int) -> Operation:
             skipped.add(id(first))
             plans[id(last)] = plan
     if not plans:
-        return func
+        return func  # (also when chunks == 1)
     trace = Trace(func.attributes["sym_name"], location=func.location)
     env = {a: t.value for a, t in zip(entry.args, trace.arguments([a.type for a in entry.args]))}
     results = []
