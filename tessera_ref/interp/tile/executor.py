@@ -109,8 +109,9 @@ MAX_TILES, MAX_LANES = 1 << 20, 1024
 class Run:
     """One execution of a kernel over a grid (see :func:`run`)."""
 
-    def __init__(self, func, args, grid, lanes, checks, counters, on_error):
+    def __init__(self, func, args, grid, lanes, checks, counters, on_error, observer=None):
         self.func = func
+        self.observer = observer
         sizes = (grid,) if np.ndim(grid) == 0 else tuple(grid)
         if not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in sizes + (lanes,)):
             raise KernelError(f"a launch needs integer grid sizes and lanes, got grid={grid!r}, lanes={lanes!r}",
@@ -209,8 +210,17 @@ class Run:
                    else C.check_read(base, offs, lanes, self.phase))
         if problem:
             self._problem(problem, op, base, offs, lanes, verb)
+        if self.observer is not None:
+            self.observe(op, base, offs, lanes, verb, problem[1] if problem else None)
         if not asynchronous:
             (C.mark_write if write else C.mark_read)(base, offs, lanes, self.phase)
+
+    def observe(self, op, base, offs, lanes, verb: str, conflicts) -> None:
+        """Tell the observer about a checked shared-memory access (TILE-CHECK-7)."""
+        self.observer(C.SharedAccess(self.tile, self.phase, verb, base.name, base.logical_indices(offs),
+                                     np.broadcast_to(lanes, offs.shape).copy(),
+                                     np.zeros(offs.shape, bool) if conflicts is None else np.asarray(conflicts, bool),
+                                     op.location))
 
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
@@ -468,11 +478,13 @@ class Run:
 
     # -- barrier phases and cp.async ------------------------------------------------------
     def retire(self, copies) -> None:
-        for dst, offs, data, _ in copies:
+        for dst, offs, data, op in copies:
             dst.data[offs] = data
             if self.checks:
                 dst.pending[offs] -= 1
                 C.mark_write(dst, offs, ALL_LANES, self.phase)
+                if self.observer is not None:
+                    self.observe(op, dst, offs, ALL_LANES, "cp.async lands in", None)
 
 
 def _ids(run, op, mask):
@@ -880,7 +892,7 @@ NO_HANDLER = {T.YIELD: "the terminator of for/if regions: Run.block returns its 
 
 
 def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool = True,
-        preset="H100", func: str | None = None, on_error: str = "raise") -> TileReport:
+        preset="H100", func: str | None = None, on_error: str = "raise", observer=None) -> TileReport:
     """Run a tile kernel (TILE-EXEC-1) over ``grid`` tiles of ``lanes`` lanes on ``args``.
 
     ``program`` is a Tile IR module (or its kernel func); ``args`` a list in parameter order
@@ -889,11 +901,13 @@ def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool
     (bounds are always checked); ``counters`` the performance counters. With
     ``on_error="raise"`` the first finding raises its error (a :class:`TesseraError` naming
     the kernel line, tile and lanes); with ``"collect"`` every finding is recorded in the
-    report and the run goes on. Returns a :class:`TileReport`.
+    report and the run goes on. ``observer``, with ``checks``, is called with a
+    :class:`~tessera_ref.interp.tile.checkers.SharedAccess` for every shared-memory access the
+    checkers see, in order (TILE-CHECK-7). Returns a :class:`TileReport`.
     """
     if on_error not in ("raise", "collect"):
         raise KernelError(f"on_error is 'raise' or 'collect', got {on_error!r}", fix="pick one")
-    r = Run(_kernel_func(program, func), args, grid, lanes, bool(checks), bool(counters), on_error)
+    r = Run(_kernel_func(program, func), args, grid, lanes, bool(checks), bool(counters), on_error, observer)
     try:
         r.run()
     except _Abort as abort:
