@@ -17,9 +17,10 @@ stages over the ``pp`` axis, forward and backward, with send/recv at the stage b
 
 The normative rules are the ``MESH-*`` clauses of ``docs/spec/mesh.md``.
 """
+from inspect import isfunction
 from types import SimpleNamespace
 
-from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError
+from ..errors import CollectiveError, CollectiveWarning, LayoutError, MeshError, checked_signature
 from ..ir import redistribution_plan
 
 from ..ops.collective import all_gather, all_reduce, all_to_all, reduce_scatter
@@ -34,11 +35,15 @@ from .spec import PARTITION_NAMES, ShardSpec
 from .tensor import DistTensor, from_shards, tensor
 from .visualize import visualize
 
-#: The seeds' ``dist.collective.reduce_scatter(...)`` spelling of the collectives.
-collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter,
-                             broadcast=broadcast, all_to_all=all_to_all, permute=permute, send=send, recv=recv)
-
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
            "all_to_all", "permute", "send", "recv", "check_pending", "mailbox_scope", "collective", "REDUCE_OPS",
            "run_sharded", "listen", "visualize", "pipeline", "Pipeline", "PipelineResult", "microbatches", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]
+
+# Called with arguments their signatures do not take, the functions raise UsageError, not TypeError.
+globals().update({_name: checked_signature(_fn) for _name, _fn in list(globals().items())
+                  if _name in __all__ and isfunction(_fn)})
+
+#: The seeds' ``dist.collective.reduce_scatter(...)`` spelling of the collectives.
+collective = SimpleNamespace(all_reduce=all_reduce, all_gather=all_gather, reduce_scatter=reduce_scatter,
+                             broadcast=broadcast, all_to_all=all_to_all, permute=permute, send=send, recv=recv)
