@@ -95,6 +95,12 @@ def train() -> None:
         emit(f"{tag} gW2", g2.numpy())
 
 
+def small_rounds() -> None:
+    """Reductions from here on move at most 64 bytes of contributions per round."""
+    from tessera_ref.backends import p2p
+    p2p.ROUND_BYTES = 64
+
+
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         globals()[name]()
