@@ -148,6 +148,7 @@ def rank_main(argv: list[str]) -> int:
             # open the transport now: MPI's start waits for every rank, which must not depend on
             # how far each rank's program has got
             world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args.file)))  # as `python SCRIPT` does
         run_path(args.file, args.args)
     except SystemExit as exit_:
         if exit_.code not in (None, 0):
