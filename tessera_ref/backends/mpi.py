@@ -10,30 +10,19 @@ mpi4py is imported when the transport is first opened, so the package imports wi
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 from ..dist.world import world
 from ..errors import BackendError
-from .p2p import Transport, register_transport
+from .p2p import Transport, register_transport, timeout
 
-__all__ = ["MPITransport", "timeout"]
+__all__ = ["MPITransport"]
 
 #: The one tag of the transport's messages: MPI keeps messages of one (source, tag,
 #: communicator) in order, and every process runs the same sequence of exchanges.
 _TAG = 7
-
-
-def timeout() -> float:
-    """Seconds a receive waits for its peer (``TESSERA_COMM_TIMEOUT``, default 120)."""
-    text = os.environ.get("TESSERA_COMM_TIMEOUT", "120")
-    try:
-        return float(text)
-    except ValueError:
-        raise BackendError(f"TESSERA_COMM_TIMEOUT={text!r} is not a number of seconds",
-                           fix="set it to e.g. 60") from None
 
 
 class MPITransport(Transport):
