@@ -63,6 +63,10 @@ def collectives() -> None:
             emit(f"{tag} {pname} all_reduce(dp,tp)", dist.all_reduce(z, axis=("dp", "tp")).numpy())
             if not pname.endswith("exact"):
                 emit(f"{tag} {pname} reduce_scatter(tp)", dist.collective.reduce_scatter(z, axis="tp", dim=0).numpy())
+        exact = Policy("f32", reduction="exact")  # a K split under exact mode: partial sums held exactly
+        a = dist.tensor((8, 16), S(("col",), ("tp",)), mesh, dtype=exact, init="randn", seed=16)
+        b = dist.tensor((16, 8), S(("row",), ("tp",)), mesh, dtype=exact, init="randn", seed=17)
+        emit(f"{tag} exact matmul all_reduce(tp)", dist.all_reduce(op.matmul(a, b), axis="tp").numpy())
         w = dist.tensor((8, 16), S(("row", "col"), ("tp", "dp")), mesh, init="randn", seed=15)
         emit(f"{tag} all_gather(dp)", dist.all_gather(w, axis="dp").numpy())
         emit(f"{tag} broadcast(tp, 3)", dist.broadcast(w, axis="tp", root=3).numpy())

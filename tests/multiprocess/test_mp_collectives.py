@@ -35,7 +35,7 @@ def test_a_sum_across_processes_is_the_ascending_fold_whose_bits_differ_from_pai
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_gives_the_bits_of_one_process(n):
     single = one_process("collectives")
-    assert len(single.splitlines()) == 44
+    assert len(single.splitlines()) == 46
     assert ranks(n, "collectives") == single
 
 
