@@ -18,6 +18,9 @@ contributions and ``(p−1)/p`` of the result, a ring's bytes. Work is done in r
 (an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each process and
 merged exactly, which no order changes.
 
+Messages match by program order (every process issues the same exchanges in the same order),
+so a program issues its cross-process collectives from one thread.
+
 In one process there is nothing to move and every collective is the in-process fold (the
 ``interp`` backend's simulated communicator is this class over :data:`ONE_PROCESS`).
 """
