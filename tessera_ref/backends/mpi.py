@@ -70,9 +70,6 @@ class MPITransport(Transport):
         while not MPI.Request.Testall(requests):
             if time.monotonic() > deadline:
                 waiting = sorted({p for p, r in zip(peers, requests) if r != MPI.REQUEST_NULL and not r.Test()})
-                for r in requests:
-                    if r != MPI.REQUEST_NULL:
-                        r.Cancel()
                 raise BackendError(f"rank {self.rank}: no answer from rank(s) {waiting} in {self.timeout:g} s — "
                                    f"they died or took another path through the program",
                                    fix="check the output of those ranks; every rank must run the same collectives "

@@ -3,6 +3,7 @@ and ``tessera-ref launch``, each with a time limit (a hang fails the test instea
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -35,11 +36,15 @@ def mpiexec() -> str:
 
 def run(command: list, *, timeout: float = 120, **env) -> subprocess.CompletedProcess:
     """``command`` with :func:`environment`; its output (a hang past ``timeout`` fails the test)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=environment(**env), start_new_session=True)
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                              env=environment(**env))
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{command} did not finish in {timeout} s: {exc.stdout!r} {exc.stderr!r}")
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher, mpiexec and every rank it started
+        out, err = proc.communicate()
+        pytest.fail(f"{command} did not finish in {timeout} s: {out!r} {err!r}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def one_process(*names: str, **env) -> str:

@@ -99,6 +99,20 @@ def train() -> None:
         emit(f"{tag} gW2", g2.numpy())
 
 
+def stages() -> None:
+    """Two pipeline stages (sub-meshes pp=0 and pp=1 of a pp=2 x tp=4 mesh): stage 0 computes,
+    sends to stage 1 (MESH-COLL-7), which computes on what it received."""
+    mesh = dist.Mesh(("pp", "tp"), range(8), (2, 4))
+    first, second = mesh.sub(pp=0), mesh.sub(pp=1)
+    x = dist.tensor((8, 16), S(("row",), ("tp",)), first, init="randn", seed=21)
+    W = dist.tensor((16, 16), S(("col",), ("tp",)), second, init="randn", seed=22)
+    with dist.mailbox_scope():
+        dist.send(op.gelu(x), second)
+        h = dist.recv(first, second)
+    y = dist.all_gather(h, axis="tp") @ W
+    emit("stages", y.numpy())
+
+
 def small_rounds() -> None:
     """Reductions from here on move at most 64 bytes of contributions per round."""
     from tessera_ref.backends import p2p

@@ -50,3 +50,10 @@ def test_a_tp_dp_training_step_gives_the_bits_of_one_process(n):
     single = one_process("train")
     assert len(single.splitlines()) == 6
     assert ranks(n, "train") == single
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_send_and_recv_between_pipeline_stages_give_the_bits_of_one_process(n):
+    single = one_process("stages")
+    assert single.startswith("stages float32 (8, 16)")
+    assert ranks(n, "stages") == single
