@@ -10,13 +10,14 @@ mpi4py is imported when the transport is first opened, so the package imports wi
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 
 from ..dist.world import world
-from ..errors import BackendError
-from .p2p import Transport, register_transport, timeout
+from ..errors import BackendError, TesseraError
+from .p2p import Transport, register_transport, timeout, world_transport
 
 __all__ = ["MPITransport"]
 
@@ -78,4 +79,17 @@ class MPITransport(Transport):
             time.sleep(pause)
 
 
+def _open_early() -> None:
+    """In a program of several processes on this transport, MPI starts when the package is
+    imported: MPI's start waits for every rank, so it must not depend on how far each rank's
+    program has got (a rank failing before its first collective would leave the others waiting
+    there, with no timeout). A failure here is raised again, with its fix, by the first collective."""
+    try:
+        if world().size > 1 and os.environ.get("TESSERA_TRANSPORT", "mpi") == "mpi":
+            world_transport("mpi")
+    except TesseraError:
+        return
+
+
 register_transport("mpi", MPITransport)
+_open_early()

@@ -129,7 +129,6 @@ def _status_text(code: int) -> str:
 def rank_main(argv: list[str]) -> int:
     """One rank of ``tessera-ref launch``: torchrun's variables from the MPI runtime's, the
     script run, a failure reported with the rank and turned into ``MPI_Abort``."""
-    from ..backends.p2p import world_transport
     from ..runner import run_path
     parser = argparse.ArgumentParser(prog="tessera-ref launch (rank)")
     parser.add_argument("--all-output", action="store_true")
@@ -144,10 +143,6 @@ def rank_main(argv: list[str]) -> int:
     if rank != "0" and not args.all_output:
         sys.stdout = open(os.devnull, "w")
     try:
-        if os.environ.get("WORLD_SIZE", "1") != "1":
-            # open the transport now: MPI's start waits for every rank, which must not depend on
-            # how far each rank's program has got
-            world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
         sys.path.insert(0, os.path.dirname(os.path.abspath(args.file)))  # as `python SCRIPT` does
         run_path(args.file, args.args)
     except SystemExit as exit_:
