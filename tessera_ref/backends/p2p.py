@@ -42,7 +42,7 @@ from ..numerics.reduce import extreme_last_axis
 from .base import Communicator
 
 __all__ = ["Transport", "ONE_PROCESS", "P2PCommunicator", "fold_ranks", "register_transport", "world_transport",
-           "ROUND_BYTES", "timeout"]
+           "mesh_communicator", "ROUND_BYTES", "timeout"]
 
 #: The most bytes of contributions one process sends in one round of a reduction.
 ROUND_BYTES = 1 << 24
@@ -305,3 +305,12 @@ class P2PCommunicator(Communicator):
             for k, d in enumerate(ds):
                 out[ix(d)] = got[r][k]
         return out
+
+
+def mesh_communicator(mesh) -> P2PCommunicator:
+    """The communicator of ``mesh`` for this process, for any backend whose values live on the
+    host: over :data:`ONE_PROCESS` when this process owns the whole mesh, else over the world's
+    transport (``TESSERA_TRANSPORT``, default ``mpi``)."""
+    if placement(mesh).single:
+        return P2PCommunicator(mesh)
+    return P2PCommunicator(mesh, world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi")))

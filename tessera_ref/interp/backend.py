@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..backends.base import Backend, Launch
 from ..errors import OpError
 from ..backends.registry import register
-from .communicator import communicator
+from .communicator import mesh_communicator
 from .tile import run as run_tile
 
 __all__ = ["InterpBackend", "INTERP", "run_function", "run_module"]
@@ -31,7 +31,7 @@ class InterpBackend(Backend):
                         counters=launch.counters, preset=launch.preset, func=launch.kernel, on_error=launch.on_error)
 
     def communicator(self, mesh):
-        return communicator(mesh)
+        return mesh_communicator(mesh)
 
 
 INTERP = InterpBackend()
