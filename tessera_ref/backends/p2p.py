@@ -34,7 +34,7 @@ import threading
 
 import numpy as np
 
-from ..dist.world import placement
+from ..dist.world import World, placement, world
 from ..errors import BackendError
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import accum_op, to_accum
@@ -146,13 +146,8 @@ class P2PCommunicator(Communicator):
     def __init__(self, mesh, transport: Transport = ONE_PROCESS):
         super().__init__(mesh)
         self.transport = transport
-        self.place = placement(mesh)
+        self.place = placement(mesh, World(transport.rank, transport.size, world().devices_per_process))
         self.name = transport.name
-        if (self.place.rank, self.place.size) != (transport.rank, transport.size):
-            raise BackendError(f"the launcher's world (rank {self.place.rank} of {self.place.size}) is not the "
-                               f"{transport.name} world (rank {transport.rank} of {transport.size})",
-                               fix="start every rank with the same launcher (tessera-ref launch -n N, or mpiexec -n N "
-                                   "with matching WORLD_SIZE)")
 
     # -- helpers -------------------------------------------------------------------------------
     def _expand(self, local: np.ndarray, positions) -> np.ndarray:

@@ -20,8 +20,8 @@ def test_launch_prints_what_one_process_prints():
 
 def test_launch_sets_torchruns_variables(tmp_path):
     script = tmp_path / "env.py"
-    script.write_text("import os\nprint(*(os.environ[v] for v in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', "
-                      "'MASTER_ADDR', 'TESSERA_DEVICES_PER_PROCESS')), flush=True)\n")
+    script.write_text("import os, sys\nsys.stdout.write(' '.join(os.environ[v] for v in ('RANK', 'WORLD_SIZE', "
+                      "'LOCAL_RANK', 'MASTER_ADDR', 'TESSERA_DEVICES_PER_PROCESS')) + '\\n')\n")  # one write a line
     mpiexec()
     done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "2", "--all-output", "--devices-per-process", "3",
                 str(script)])
