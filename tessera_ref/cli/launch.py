@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -61,16 +62,17 @@ def _forward(stream, out, codes: list) -> None:
     """Copy ``stream`` to ``out`` line by line, keeping the runtime's line of exit statuses
     (``[mpiexec@host] Exit codes: [host] 0,9,0``) in ``codes`` instead."""
     for line in iter(stream.readline, b""):
-        if b"Exit codes:" in line:
-            codes.extend(int(c) for c in line.rsplit(b"]", 1)[1].strip().split(b","))
+        found = re.fullmatch(rb"\[mpiexec@[^]]*\] Exit codes: \[[^]]*\] ([0-9,]+)\s*", line)
+        if found:
+            codes.extend(int(c) for c in found.group(1).split(b","))
             continue
         out.buffer.write(line)
         out.flush()
 
 
 def run(args: argparse.Namespace) -> int:
-    """Start ``args.nproc`` ranks of ``args.file``; the exit status of the worst rank (2 when
-    the program cannot be started)."""
+    """Start ``args.nproc`` ranks of ``args.file``; exit status 0, 1 when a rank failed, 2 when
+    the program cannot be started."""
     problem = script_problem(args.file) or (f"-n {args.nproc}: the number of processes is at least 1"
                                             if args.nproc < 1 else None)
     if problem is None and args.devices_per_process is not None and args.devices_per_process < 1:
