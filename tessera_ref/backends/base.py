@@ -71,6 +71,11 @@ class Communicator(abc.ABC):
     def recv(self, posted, src, tag: int):
         """The stacked values on this mesh of what ``send`` posted (``posted``) on ``src``."""
 
+    def gather_boxes(self, stacked, axes: tuple):
+        """Stacked values of this process's devices joined with every other process's along the
+        mesh ``axes`` (MESH-MP-3); in one process, where every device lives, ``stacked`` itself."""
+        return stacked
+
 
 class Backend(abc.ABC):
     """An executor (see the module docstring). Subclasses set ``name`` and implement
