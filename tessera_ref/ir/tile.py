@@ -58,7 +58,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..numerics import get_format
+from ..numerics import Policy, get_format
 from .builtin import func_op, return_op
 from .core import Block, Module, Operation, Region, Value
 from .errors import IRError
@@ -68,12 +68,15 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout"]
+           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
 MASK_T = TensorType((), BOOL)
 
+#: The rounding modes of a ``cast`` into a float policy (TILE-NUM-3; stochastic rounding would
+#: need a key and an element index).
+CAST_ROUNDING = ("rne", "rtz", "rup", "rdown")
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_FNS = ("and", "or")
 BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS
@@ -376,9 +379,13 @@ close_dialect(DIALECT)
 # building
 
 def _scalar_type(fmt):
+    """``index``, or the scalar type of a format (its default policy) or of a policy (its
+    rounding and overflow are what a ``cast`` into it uses)."""
     if fmt == "index":
         return INDEX_T
-    return ScalarType(get_format(fmt))
+    if isinstance(fmt, ScalarType):
+        return fmt
+    return ScalarType(fmt if isinstance(fmt, Policy) else get_format(fmt))
 
 
 def _layout_attr(layout) -> dict:
@@ -492,6 +499,8 @@ class KernelBuilder:
                          {"fn": fn, "axis": int(axis), "accum": accum})
 
     def cast(self, x: Value, fmt) -> Value:
+        """``x`` converted into ``fmt`` (a format name, policy or ``"index"``) by TILE-NUM-3:
+        GRAPH-CAST-1's rules, with the policy's rounding and overflow."""
         return self._one("cast", (x,), _scalar_type(fmt))
 
     def select(self, mask: Value, a: Value, b: Value) -> Value:

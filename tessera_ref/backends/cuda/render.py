@@ -125,15 +125,27 @@ def _ctype(t, location=None) -> str:
     return _c(_format(t), t, location)
 
 
-def _convert(expr: str, src, dst, location=None) -> str:
+#: the device header's names of the rounding and overflow modes of ``tsr_cvt<T, R, O>``
+_ROUNDING = {"rne": "TSR_RNE", "rtz": "TSR_RTZ", "rup": "TSR_RUP", "rdown": "TSR_RDOWN"}
+_OVERFLOW = {"native": "TSR_NATIVE", "saturate": "TSR_SATURATE"}
+
+
+def _convert(expr: str, src, dst, location=None, policy=None) -> str:
     """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
-    docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``)."""
-    if src == dst or src is None or dst is None:
+    docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``).
+    With ``policy`` (a ``cast`` op's target, or a store) the conversion is GRAPH-CAST-1's:
+    an exact widening is ``tsr_widen`` (a NaN becomes the canonical quiet NaN of its sign),
+    a conversion into the source's own format canonicalizes NaN too, and ``tsr_cvt`` takes
+    the policy's rounding and overflow."""
+    if src is None or dst is None or src == dst and policy is None:
         return expr
     ctype = _c(dst, f"a conversion from {src}", location)
-    if dst == "f64" or dst == "f32" and src != "f64":
-        return f"({ctype})({expr})"
-    return f"tsr_cvt<{ctype}>({expr})"
+    if src != dst and (dst == "f64" or dst == "f32" and src != "f64"):
+        return f"tsr_widen<{ctype}>({expr})" if policy is not None else f"({ctype})({expr})"
+    modes = ""
+    if policy is not None and (policy.rounding, policy.overflow) != ("rne", "native"):
+        modes = f", {_ROUNDING[policy.rounding]}, {_OVERFLOW[policy.overflow]}"
+    return f"tsr_cvt<{ctype}{modes}>({expr})"
 
 
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
@@ -371,9 +383,15 @@ class _Emitter:
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
-        x = self.arg(op.operands[0])
-        cast = _convert(x, src, dst, op.location) if src and dst else f"({self.ctype(op.results[0].type)})({x})"
-        self.value(op, cast)
+        x, t = self.arg(op.operands[0]), op.results[0].type
+        if not (src and dst):
+            self.value(op, f"({self.ctype(t)})({x})")
+            return
+        if t.policy.rounding not in _ROUNDING:
+            raise LoweringError(f"the CUDA emitter casts with {', '.join(_ROUNDING)} rounding, not "
+                                f"{t.policy.rounding!r} ({op.operands[0].type} -> {t})", location=op.location,
+                                fix="cast with another rounding mode, or run the cast in the Graph IR interpreter")
+        self.value(op, _convert(x, src, dst, op.location, t.policy))
 
     def op_shfl_xor(self, op):
         self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
@@ -390,7 +408,8 @@ class _Emitter:
     def op_store(self, op):
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
-        stored = _convert(self.arg(value), _format(value.type), _format(op.operands[0].type), op.location)
+        src, dst = _format(value.type), _format(op.operands[0].type)
+        stored = _convert(self.arg(value), src, dst, op.location, op.operands[0].type.policy if src != dst else None)
         self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):

@@ -527,17 +527,57 @@ TSR_EXTREMES(float, TSR_NANF, TSR_SIGN_F)
 #undef TSR_SIGN_F
 
 // ---------------------------------------------------------------------------------------
-// NUM-CVT: round to nearest even from an exact double, native overflow, NaN -> the
-// format's canonical quiet NaN with the source's sign (CUDA's own conversions differ on NaN
-// inputs, see render.HEADER). A generic encoder over (mantissa bits, bias, codes).
+// NUM-CVT (GRAPH-CAST-1's number -> format rule): one integer encoder from an exact double,
+// with the rounding modes rne rtz rup rdown and stochastic (NUM-CVT-2/5) and the overflow
+// modes native and saturate (NUM-CVT-3); NaN -> the format's canonical quiet NaN with the
+// source's sign (NUM-CVT-4; CUDA's own conversions differ on NaN inputs, see render.HEADER).
 
-TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
-                          int bits) {
+#define TSR_RNE 0
+#define TSR_RTZ 1
+#define TSR_RUP 2
+#define TSR_RDOWN 3
+#define TSR_RSTOCH 4
+#define TSR_NATIVE 0
+#define TSR_SATURATE 1
+
+// Whether n + rest/2^shift (0 <= rest < 2^shift; shift >= 64: n = 0, rest = the whole
+// mantissa, below half a quantum) moves one quantum away from zero. Stochastic: up iff
+// rbits < frac·2^32, i.e. rbits < ceil(rest·2^32 / 2^shift), in integers.
+TSR_FN bool tsr_round_up(tsr_u64 n, tsr_u64 rest, int shift, bool neg, int rounding, unsigned rbits) {
+  if (rest == 0) return false;
+  bool big = shift >= 64;
+  tsr_u64 half = big ? 0ull : 1ull << (shift - 1);
+  switch (rounding) {
+    case TSR_RNE: return !big && (rest > half || (rest == half && (n & 1)));
+    case TSR_RTZ: return false;
+    case TSR_RUP: return !neg;
+    case TSR_RDOWN: return neg;
+    default: {
+      tsr_u64 limit;
+      if (shift <= 32) {
+        limit = rest << (32 - shift);
+      } else {
+        int s = shift - 32;
+        limit = s >= 64 ? 1ull : (rest >> s) + ((rest & ((1ull << s) - 1)) != 0);
+      }
+      return (tsr_u64)rbits < limit;
+    }
+  }
+}
+
+// The code of x in a format of `man` mantissa bits, exponent bias `bias` and `bits` bits:
+// `max_code` its largest finite magnitude, `over_code` its native overflow (inf, or the NaN
+// of a format without inf), `nan_code` its canonical quiet NaN (magnitudes, sign clear).
+// Overflow: saturate, or a directed rounding toward zero, gives max_code; an inf input gives
+// over_code (max_code when saturating).
+TSR_FN tsr_u64 tsr_encode_mode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
+                               int bits, int rounding, int overflow, unsigned rbits) {
   tsr_u64 b = tsr_d2u(x);
-  tsr_u64 sign = (b >> 63) ? 1ull << (bits - 1) : 0ull;
+  bool neg = (b >> 63) != 0;
+  tsr_u64 sign = neg ? 1ull << (bits - 1) : 0ull;
   int ex = (int)((b >> 52) & 0x7ff);
   tsr_u64 fr = b & 0xfffffffffffffull;
-  if (ex == 0x7ff) return (fr ? nan_code : over_code) | sign;
+  if (ex == 0x7ff) return (fr ? nan_code : overflow == TSR_SATURATE ? max_code : over_code) | sign;
   if (ex == 0 && fr == 0) return sign;
   tsr_u64 mant = ex ? fr | (1ull << 52) : fr;
   int e2 = ex ? ex - 1075 : -1074;  // |x| = mant·2^e2
@@ -546,54 +586,142 @@ TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64
   int emin = 1 - bias;
   int qexp = (lg > emin ? lg : emin) - man;  // the quantum of the result
   int shift = qexp - e2;                     // > 0 for every narrower format
-  if (shift >= 64) return sign;              // below half the smallest subnormal
-  tsr_u64 n = mant >> shift, rest = mant & ((1ull << shift) - 1), half = 1ull << (shift - 1);
-  if (rest > half || (rest == half && (n & 1))) n += 1;
+  tsr_u64 n = shift >= 64 ? 0ull : mant >> shift;
+  tsr_u64 rest = shift >= 64 ? mant : mant & ((1ull << shift) - 1);
+  if (tsr_round_up(n, rest, shift, neg, rounding, rbits)) n += 1;
+  if (n == 0) return sign;
   // n·2^qexp; a subnormal (qexp = emin − man, n < 2^man) gets n, a carry to 2^(man+1) the next
   // exponent, both by the same formula
   tsr_u64 code = ((tsr_u64)(qexp + man + bias) << man) + n - (1ull << man);
-  return (code > max_code ? over_code : code) | sign;
+  bool toward_zero = rounding == TSR_RTZ || (rounding == TSR_RUP && neg) || (rounding == TSR_RDOWN && !neg);
+  if (code > max_code) code = overflow == TSR_SATURATE || toward_zero ? max_code : over_code;
+  return code | sign;
 }
-TSR_FN tsr_u64 tsr_cvt_bits_f32(double x) { return tsr_encode(x, 23, 127, 0x7f7fffffull, 0x7f800000ull, 0x7fc00000ull, 32); }
-TSR_FN tsr_u64 tsr_cvt_bits_f16(double x) { return tsr_encode(x, 10, 15, 0x7bffull, 0x7c00ull, 0x7e00ull, 16); }
-TSR_FN tsr_u64 tsr_cvt_bits_bf16(double x) { return tsr_encode(x, 7, 127, 0x7f7full, 0x7f80ull, 0x7fc0ull, 16); }
-TSR_FN tsr_u64 tsr_cvt_bits_e4m3(double x) { return tsr_encode(x, 3, 7, 0x7eull, 0x7full, 0x7full, 8); }
-TSR_FN tsr_u64 tsr_cvt_bits_e5m2(double x) { return tsr_encode(x, 2, 15, 0x7bull, 0x7cull, 0x7eull, 8); }
+TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
+                          int bits) {
+  return tsr_encode_mode(x, man, bias, max_code, over_code, nan_code, bits, TSR_RNE, TSR_NATIVE, 0u);
+}
 
+// The target formats' encoders (mantissa bits, bias, width, largest finite, native overflow, NaN).
+template <class T> struct tsr_fmt;
+#define TSR_FMT(T, MAN, BIAS, BITS, MAX, OVER, NAN_)                                                   \
+  template <> struct tsr_fmt<T> {                                                                     \
+    static TSR_INL tsr_u64 code(double x, int r, int o, unsigned rb) {                                \
+      return tsr_encode_mode(x, MAN, BIAS, MAX, OVER, NAN_, BITS, r, o, rb);                          \
+    }                                                                                                 \
+  };
+TSR_FMT(float, 23, 127, 32, 0x7f7fffffull, 0x7f800000ull, 0x7fc00000ull)
+struct tsr_f16_tag; struct tsr_bf16_tag; struct tsr_e4m3_tag; struct tsr_e5m2_tag;  // host names of the narrow formats
+TSR_FMT(tsr_f16_tag, 10, 15, 16, 0x7bffull, 0x7c00ull, 0x7e00ull)
+TSR_FMT(tsr_bf16_tag, 7, 127, 16, 0x7f7full, 0x7f80ull, 0x7fc0ull)
+TSR_FMT(tsr_e4m3_tag, 3, 7, 8, 0x7eull, 0x7full, 0x7full)
+TSR_FMT(tsr_e5m2_tag, 2, 15, 8, 0x7bull, 0x7cull, 0x7eull)
+#undef TSR_FMT
+
+TSR_FN tsr_u64 tsr_cvt_bits_f32(double x) { return tsr_fmt<float>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_f16(double x) { return tsr_fmt<tsr_f16_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_bf16(double x) { return tsr_fmt<tsr_bf16_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_e4m3(double x) { return tsr_fmt<tsr_e4m3_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_e5m2(double x) { return tsr_fmt<tsr_e5m2_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+// a double's own format: the identity but for NaN (the canonical quiet NaN with its sign)
+// and, saturating, inf (the largest finite value with its sign)
+TSR_FN tsr_u64 tsr_cvt_bits_f64(double x, int overflow = TSR_NATIVE) {
+  tsr_u64 b = tsr_d2u(x), sign = b & 0x8000000000000000ull;
+  if (tsr_isnan(x)) return sign | 0x7ff8000000000000ull;
+  if (overflow == TSR_SATURATE && (b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull) return sign | 0x7fefffffffffffffull;
+  return b;
+}
+
+// tsr_cvt<T, R, O>(x): x into T with rounding R and overflow O (defaults: rne, native)
 template <class T> struct tsr_cvt_to;
-template <> struct tsr_cvt_to<double> { static TSR_INL double from(double x) { return x; } };
+template <> struct tsr_cvt_to<double> {
+  template <int R, int O> static TSR_INL double from(double x, unsigned) { return tsr_u2d(tsr_cvt_bits_f64(x, O)); }
+};
 template <> struct tsr_cvt_to<float> {
-  static TSR_INL float from(double x) { return tsr_u2f((unsigned)tsr_cvt_bits_f32(x)); }
+  template <int R, int O> static TSR_INL float from(double x, unsigned rb) {
+    return tsr_u2f((unsigned)tsr_fmt<float>::code(x, R, O, rb));
+  }
 };
 #ifdef TSR_DEVICE
 template <> struct tsr_cvt_to<__half> {
-  static TSR_INL __half from(double x) { return __ushort_as_half((unsigned short)tsr_cvt_bits_f16(x)); }
+  template <int R, int O> static TSR_INL __half from(double x, unsigned rb) {
+    return __ushort_as_half((unsigned short)tsr_fmt<tsr_f16_tag>::code(x, R, O, rb));
+  }
 };
 template <> struct tsr_cvt_to<__nv_bfloat16> {
-  static TSR_INL __nv_bfloat16 from(double x) { return __ushort_as_bfloat16((unsigned short)tsr_cvt_bits_bf16(x)); }
+  template <int R, int O> static TSR_INL __nv_bfloat16 from(double x, unsigned rb) {
+    return __ushort_as_bfloat16((unsigned short)tsr_fmt<tsr_bf16_tag>::code(x, R, O, rb));
+  }
 };
 template <> struct tsr_cvt_to<__nv_fp8_e4m3> {
-  static TSR_INL __nv_fp8_e4m3 from(double x) {
+  template <int R, int O> static TSR_INL __nv_fp8_e4m3 from(double x, unsigned rb) {
     __nv_fp8_e4m3 r;
-    r.__x = (__nv_fp8_storage_t)tsr_cvt_bits_e4m3(x);
+    r.__x = (__nv_fp8_storage_t)tsr_fmt<tsr_e4m3_tag>::code(x, R, O, rb);
     return r;
   }
 };
 template <> struct tsr_cvt_to<__nv_fp8_e5m2> {
-  static TSR_INL __nv_fp8_e5m2 from(double x) {
+  template <int R, int O> static TSR_INL __nv_fp8_e5m2 from(double x, unsigned rb) {
     __nv_fp8_e5m2 r;
-    r.__x = (__nv_fp8_storage_t)tsr_cvt_bits_e5m2(x);
+    r.__x = (__nv_fp8_storage_t)tsr_fmt<tsr_e5m2_tag>::code(x, R, O, rb);
     return r;
   }
 };
 #endif
-template <class T> TSR_FN T tsr_cvt(double x) { return tsr_cvt_to<T>::from(x); }
+#define TSR_NAN_NEG tsr_u2d(0xfff8000000000000ull)
+// A NaN source is handed on by its sign bit (read from its code: the hardware's NaN
+// conversions do not promise to keep it); every other value widens exactly into double.
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(double x) {
+  return tsr_cvt_to<T>::template from<R, O>(x, 0u);
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(float x) {
+  unsigned b = tsr_f2u(x);
+  return tsr_cvt<T, R, O>((b & 0x7fffffffu) > 0x7f800000u ? (b >> 31 ? TSR_NAN_NEG : TSR_NAN) : (double)x);
+}
+// stochastic rounding with this element's 32 random bits (NUM-CVT-5, NUM-RNG-4)
+template <class T, int O = TSR_NATIVE> TSR_FN T tsr_cvt_sr(double x, unsigned rbits) {
+  return tsr_cvt_to<T>::template from<TSR_RSTOCH, O>(x, rbits);
+}
+// An exact widening into float or double (every source value is a target value): a plain
+// conversion but for NaN, which becomes the canonical quiet NaN with the source's sign.
+template <class T> TSR_FN T tsr_nan_of(bool neg);
+template <> TSR_INL float tsr_nan_of<float>(bool neg) { return tsr_u2f(neg ? 0xffc00000u : 0x7fc00000u); }
+template <> TSR_INL double tsr_nan_of<double>(bool neg) { return neg ? TSR_NAN_NEG : TSR_NAN; }
+template <class T> TSR_FN T tsr_widen(float x) {
+  unsigned b = tsr_f2u(x);
+  return (b & 0x7fffffffu) > 0x7f800000u ? tsr_nan_of<T>(b >> 31) : (T)x;
+}
 #ifdef TSR_DEVICE
-// narrow sources widen exactly into f32 first
-template <class T> TSR_FN T tsr_cvt(__half x) { return tsr_cvt<T>((double)__half2float(x)); }
-template <class T> TSR_FN T tsr_cvt(__nv_bfloat16 x) { return tsr_cvt<T>((double)__bfloat162float(x)); }
-template <class T> TSR_FN T tsr_cvt(__nv_fp8_e4m3 x) { return tsr_cvt<T>((double)(float)x); }
-template <class T> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) { return tsr_cvt<T>((double)(float)x); }
+// narrow sources: NaN by their codes, every other value exactly through float
+TSR_FN bool tsr_nan16(unsigned short h, unsigned short inf) { return (h & 0x7fffu) > inf; }
+TSR_FN float tsr_wide(__half x) {
+  unsigned short h = __half_as_ushort(x);
+  return tsr_nan16(h, 0x7c00u) ? tsr_u2f(h >> 15 ? 0xffc00000u : 0x7fc00000u) : __half2float(x);
+}
+TSR_FN float tsr_wide(__nv_bfloat16 x) {
+  unsigned short h = __bfloat16_as_ushort(x);
+  return tsr_nan16(h, 0x7f80u) ? tsr_u2f(h >> 15 ? 0xffc00000u : 0x7fc00000u) : __bfloat162float(x);
+}
+TSR_FN float tsr_wide(__nv_fp8_e4m3 x) {
+  return (x.__x & 0x7f) == 0x7f ? tsr_u2f(x.__x >> 7 ? 0xffc00000u : 0x7fc00000u) : (float)x;
+}
+TSR_FN float tsr_wide(__nv_fp8_e5m2 x) {
+  return (x.__x & 0x7f) > 0x7c ? tsr_u2f(x.__x >> 7 ? 0xffc00000u : 0x7fc00000u) : (float)x;
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__half x) { return tsr_cvt<T, R, O>(tsr_wide(x)); }
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_bfloat16 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp8_e4m3 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T> TSR_FN T tsr_widen(__half x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_bfloat16 x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_fp8_e4m3 x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_fp8_e5m2 x) { return tsr_widen<T>(tsr_wide(x)); }
 
 // 16-bit formats: max/min and NUM-MATH through f32 (exact widening; the math in an f32
 // accumulator, rounded once into f32 and then into the 16-bit format, as the interpreter does)

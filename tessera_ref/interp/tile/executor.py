@@ -39,7 +39,7 @@ from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
-from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
+from .arith import STORAGE_FORMATS, cast_value, computable, convert, float_binary, float_unary, number
 from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .progress import Progress
@@ -558,7 +558,10 @@ def _reduce(run, op, mask):
 
 
 def _cast(run, op, mask):
-    return convert(run.env[op.operands[0]], _dtype(op.results[0].type))
+    x, t = run.env[op.operands[0]], op.results[0].type
+    if isinstance(t, ScalarType) and _is_float(op.operands[0].type):
+        return cast_value(x, t.policy, op.location)
+    return convert(x, _dtype(t))
 
 
 def _select(run, op, mask):
