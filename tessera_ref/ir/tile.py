@@ -28,6 +28,7 @@ reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``
 cast                x -> index or scalar                              -
 select              mask, a, b -> like a                              -
 shfl_xor            x (a lane value) -> like x                        ``offset``
+uniform             element index -> f32 or f64                       ``seed``, ``stream``
 load                buffer, index per dim -> scalar                   -
 store               buffer, index per dim, value                      -
 alloc               -> shared buffer                                  ``swizzle``, ``pad``
@@ -320,6 +321,19 @@ def _verify_mma(op):
     _verify_layout(op, c)
 
 
+def _verify_uniform(op):
+    _n_operands(1)(op)
+    if not isinstance(op.operands[0].type, IndexType):
+        raise op.emit_error(f"takes an element index (index), got {op.operands[0].type}")
+    t = op.results[0].type if len(op.results) == 1 else None
+    if not (isinstance(t, ScalarType) and t.format.name in ("f32", "f64")):
+        raise op.emit_error(f"draws f32 or f64 values (NUM-RNG-5), its result is {t}")
+    for name in ("seed", "stream"):
+        _attr(op, name, int)
+        if not 0 <= op.attributes[name] < 2 ** 64:
+            raise op.emit_error(f"attribute '{name}' must lie in [0, 2**64), is {op.attributes[name]}")
+
+
 def _verify_for(op):
     if len(op.operands) < 3 or len(op.regions) != 1:
         raise op.emit_error("needs lb, ub, step (and the initial carried values) and one region")
@@ -360,7 +374,7 @@ _OPS = {
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
     "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
-    "shfl_xor": (_verify_shfl, True),
+    "shfl_xor": (_verify_shfl, True), "uniform": (_verify_uniform, False),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
     "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
@@ -510,6 +524,11 @@ class KernelBuilder:
         """Lane ``l`` gets ``x`` of lane ``l xor offset`` of its warp (TILE-WARP-1); every
         lane of the warp must execute it."""
         return self._one("shfl_xor", (x,), x.type, {"offset": int(offset)})
+
+    def uniform(self, index: Value, fmt: str, *, seed: int, stream: int = 0) -> Value:
+        """NUM-RNG-5's uniform in ``[0, 1)`` (``fmt`` f32 or f64) of element ``index`` under
+        ``RNGKey(seed, stream)`` (TILE-RNG-1)."""
+        return self._one("uniform", (index,), _scalar_type(fmt), {"seed": int(seed), "stream": int(stream)})
 
     # memory
     def load(self, buf: Value, index) -> Value:

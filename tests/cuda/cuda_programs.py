@@ -7,6 +7,7 @@ import tessera_ref as t
 from tessera_ref import backends, op
 from tessera_ref.backends.cuda import toolchain
 from tessera_ref.lowering import lower
+from tessera_ref.numerics import Policy
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
@@ -46,6 +47,11 @@ LIBRARY = {
     "cast_e4m3_f16": (lambda x: op.cast(x, "f16"), (E4M3,), {}),
     "cast_e5m2_e4m3_rdown": (lambda x: op.cast(x, "fp8_e4m3", rounding="rdown"), (E5M2,), {}),
     "cast_fused": (lambda x, s: op.cast(op.cast(x, "f32") * s, "fp8_e5m2", overflow="saturate"), (BF16, F32), {}),
+    "rand_f32": (lambda x: op.rand((64, 64), seed=7, stream=1) + x, (F32,), {}),
+    "rand_f64": (lambda: op.rand((64, 64), seed=7, dtype="f64"), (), {}),
+    "rand_bf16_rtz": (lambda: op.rand((64, 64), seed=7, dtype=Policy("bf16", rounding="rtz")), (), {}),
+    "dropout_f32": (lambda x: op.dropout(x, 0.1, seed=3), (F32,), {}),
+    "dropout_bf16": (lambda x: op.dropout(x, 0.5, seed=3), (BF16,), dict(vectorize=4)),
     "attention": (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), (F32, F32, F32), dict(stages=1)),
     "attention_causal": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32), (F32, F32, F32),
                          dict(stages=3, padding=1)),

@@ -72,3 +72,15 @@ extern "C" void tsr_cvt_from_f32(const float* x, float* rne, float* rtz_sat, dou
     same[i] = tsr_widen<float>(x[i]);
   }
 }
+// NUM-RNG: Philox4x32-10 blocks (ctr: n x 4 words, key: n x 2 words) and the per-element draws
+extern "C" void tsr_philox_blocks(const unsigned* ctr, const unsigned* key, unsigned* out, long n) {
+  for (long i = 0; i < n; ++i) tsr_philox4x32_10(ctr + 4 * i, key + 2 * i, out + 4 * i);
+}
+extern "C" void tsr_draws(const unsigned long long* index, unsigned k0, unsigned k1, unsigned* bits, float* u32,
+                          double* u64, long n) {
+  for (long i = 0; i < n; ++i) {
+    bits[i] = tsr_random_bits(index[i], k0, k1);
+    u32[i] = tsr_uniform_f32(index[i], k0, k1);
+    u64[i] = tsr_uniform_f64(index[i], k0, k1);
+  }
+}

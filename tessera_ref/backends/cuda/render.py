@@ -61,6 +61,7 @@ from ...ir import tile as T
 from ...ir.builtin import RETURN
 from ...ir.fragment import layout_of, mma_sync
 from ...ir.types import IndexType, ScalarType, TensorType
+from ...numerics.rng import RNGKey
 from ...numerics.tc import PREFIX as TC_PREFIX
 from .owned import Owned
 from .report import ARCH_LIMITS
@@ -395,6 +396,13 @@ class _Emitter:
 
     def op_shfl_xor(self, op):
         self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
+
+    def op_uniform(self, op):
+        """TILE-RNG-1: the device header's NUM-RNG-5 draw under the key words of
+        ``RNGKey(seed, stream)`` (computed here, once)."""
+        k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"], op.attributes["stream"]).words)
+        fmt = _format(op.results[0].type)
+        self.value(op, f"tsr_uniform_{fmt}((tsr_u64)({self.arg(op.operands[0])}), {k0:#010x}u, {k1:#010x}u)")
 
     def op_select(self, op):
         m, a, b = (self.arg(v) for v in op.operands)
@@ -897,6 +905,7 @@ RULES = {T._name(short): rule for short, rule in {
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
     "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
+    "uniform": _Emitter.op_uniform,
     "load": _Emitter.op_load, "store": _Emitter.op_store,
     "alloc": _Emitter.op_alloc, "subview": _Emitter.op_subview, "cp_async": _Emitter.op_cp_async,
     "cp_async_commit": _Emitter.op_cp_async_commit, "cp_async_wait": _Emitter.op_cp_async_wait,

@@ -13,8 +13,12 @@
 // API (other sections may be appended at the end of this file):
 //   TSR_INFF, TSR_INF                  +inf as float / double (bit patterns: NVRTC has no math.h)
 //   tsr_cvt<T>(x)                      NUM-CVT conversion of a float/double (or __half,
-//                                      __nv_bfloat16, fp8) into T in {float, __half,
-//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2}
+//                                      __nv_bfloat16, fp8) into T in {double, float, __half,
+//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2};
+//   tsr_cvt<T, R, O>(x)                with rounding R (TSR_RNE TSR_RTZ TSR_RUP TSR_RDOWN) and
+//                                      overflow O (TSR_NATIVE TSR_SATURATE): GRAPH-CAST-1
+//   tsr_cvt_sr<T, O>(x, bits)          stochastic rounding with the element's 32 random bits
+//   tsr_widen<T>(x)                    exact widening into float/double, NaN made canonical
 //   tsr_cvt_bits_{f32,f16,bf16,e4m3,e5m2}(double) -> the code of that conversion (host too)
 //   tsr_max(a, b), tsr_min(a, b)       IEEE 754-2019 maximum / minimum (NaN propagates as the
 //                                      canonical quiet NaN, -0 < +0); float and double
@@ -24,6 +28,7 @@
 //                                      __nv_bfloat16 through f32, then tsr_cvt; NaN results are
 //                                      the canonical quiet NaN
 //   TSR_SWIZZLE(elem_offset, itemsize) CuTe Swizzle<3,4,3> on the byte offset, back in elements
+//   tsr_philox4x32_10, tsr_random_bits, tsr_uniform_f32/_f64   NUM-RNG (see the last section)
 //   device only:
 //   tsr_cp_async<BYTES>(smem, gmem)    cp.async of 4, 8 (.ca) or 16 (.cg) bytes
 //   tsr_cp_async_commit(), tsr_cp_async_wait<N>()
@@ -799,3 +804,54 @@ template <int N, bool TRANS = false> TSR_FN void tsr_ldmatrix(unsigned* r, const
   }
 }
 #endif  // TSR_DEVICE
+
+// ---------------------------------------------------------------------------------------
+// NUM-RNG: Philox4x32-10 (Salmon et al., SC 2011; NUM-RNG-1) and the draws of an element
+// index i under the key words (k0, k1) of RNGKey(seed, stream) (NUM-RNG-2…5). Host and device.
+//   tsr_philox4x32_10(ctr[4], key[2], out[4])
+//   tsr_random_bits(i, k0, k1)   word i mod 4 of block (lo32 n, hi32 n, 0, 0), n = i / 4
+//   tsr_uniform_f32(i, k0, k1)   (bits >> 8)·2^-24
+//   tsr_uniform_f64(i, k0, k1)   words a, b = 2(i mod 2), 2(i mod 2)+1 of block (lo32 n, hi32 n, 1, 0),
+//                                n = i / 2: ((a >> 5)·2^26 + (b >> 6))·2^-53
+
+TSR_FN unsigned tsr_mulhi(unsigned a, unsigned b) {
+#ifdef TSR_DEVICE
+  return __umulhi(a, b);
+#else
+  return (unsigned)(((tsr_u64)a * b) >> 32);
+#endif
+}
+TSR_FN void tsr_philox4x32_10(const unsigned* ctr, const unsigned* key, unsigned* out) {
+  unsigned c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+#ifdef TSR_DEVICE
+#pragma unroll
+#endif
+  for (int r = 0; r < 10; ++r) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }  // the key bump between rounds (mod 2^32)
+    unsigned hi0 = tsr_mulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    unsigned hi1 = tsr_mulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+TSR_FN unsigned tsr_random_bits(tsr_u64 i, unsigned k0, unsigned k1) {
+  tsr_u64 n = i >> 2;
+  unsigned ctr[4] = {(unsigned)n, (unsigned)(n >> 32), 0u, 0u}, key[2] = {k0, k1}, w[4];
+  tsr_philox4x32_10(ctr, key, w);
+  unsigned j = (unsigned)(i & 3);
+  return j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
+}
+TSR_FN float tsr_uniform_f32(tsr_u64 i, unsigned k0, unsigned k1) {
+  return (float)(tsr_random_bits(i, k0, k1) >> 8) * 0x1p-24f;  // 24 bits: both steps exact
+}
+TSR_FN double tsr_uniform_f64(tsr_u64 i, unsigned k0, unsigned k1) {
+  tsr_u64 n = i >> 1;
+  unsigned ctr[4] = {(unsigned)n, (unsigned)(n >> 32), 1u, 0u}, key[2] = {k0, k1}, w[4];
+  tsr_philox4x32_10(ctr, key, w);
+  bool odd = (i & 1) != 0;
+  unsigned a = odd ? w[2] : w[0], b = odd ? w[3] : w[1];
+  return (double)(((tsr_u64)(a >> 5) << 26) | (b >> 6)) * 0x1p-53;  // 53 bits: exact
+}

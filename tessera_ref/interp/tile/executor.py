@@ -33,7 +33,7 @@ from ...ir import Module, Operation
 from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
 from ...ir.types import IndexType, ScalarType, TensorType
-from ...numerics import get_format, tc
+from ...numerics import get_format, rng, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
@@ -569,6 +569,15 @@ def _select(run, op, mask):
     return np.where(m, a, b) if np.ndim(m) or np.ndim(a) or np.ndim(b) else (a if m else b)
 
 
+def _uniform(run, op, mask):
+    """TILE-RNG-1: NUM-RNG-5's uniform of each lane's element index, by the numerics RNG."""
+    index = np.asarray(run.env[op.operands[0]])
+    key = rng.RNGKey(op.attributes["seed"], op.attributes["stream"])
+    u = rng.uniform(key, np.maximum(index, 0).astype(np.uint64), _dtype(op.results[0].type))
+    run.counters.flops += int(mask.sum()) if index.ndim else 1
+    return u if index.ndim else u[()]
+
+
 def _shfl_xor(run, op, mask):
     """TILE-WARP-1: lane ``l`` gets the value of lane ``l xor offset`` of its warp. Every
     lane of a warp that executes it must be present and active (the full-warp mask of
@@ -873,7 +882,7 @@ def _collective_in(run, op):
 HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
     "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
-    "select": _select, "shfl_xor": _shfl_xor, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
+    "select": _select, "shfl_xor": _shfl_xor, "uniform": _uniform, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
     "if": _if}.items()}

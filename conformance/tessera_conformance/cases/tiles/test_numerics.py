@@ -347,3 +347,26 @@ def test_cast_is_the_graph_cast_with_the_policys_modes(backend, src, dst, roundi
     if src == "f16" and dst == "fp8_e4m3":  # 0x5FD0 = 500: over 448
         toward_zero = rounding in ("rtz", "rdown")
         assert yb[0x5FD0] == (0x7E if overflow == "saturate" or toward_zero else 0x7F)
+
+
+@clause("TILE-RNG-1")
+@pytest.mark.parametrize("fmt", ["f32", "f64"])
+def test_uniform_is_the_counter_rng_of_the_element_index(backend, fmt):
+    """Lane values are NUM-RNG-5's uniforms of the element index, whatever the launch shape;
+    the first four f64 values under RNGKey(42) are the spec's (NUM-RNG-8), written out here."""
+    from tessera_ref.numerics import rng
+    n = 1000
+    kb = T.KernelBuilder("u", [("Y", T.buffer((n,), fmt), True)])
+    i = kb.linear_id()
+    kb.if_(kb.binary("lt", i, n), then=lambda: kb.store(kb.params[0], [i], kb.uniform(i, fmt, seed=42)) or [])
+    module = kb.finish()
+    outs = []
+    for grid, lanes in ((8, 128), (32, 32)):
+        y = np.zeros(n, dtype(fmt))
+        launch_module(backend, module, [y], grid=grid, lanes=lanes)
+        outs.append(y)
+    assert_bits(outs[0], outs[1])
+    assert_bits(outs[0], rng.uniform(rng.RNGKey(42), np.arange(n, dtype=np.uint64), dtype(fmt)))
+    if fmt == "f64":
+        assert [float.hex(float(v)) for v in outs[0][:4]] == ["0x1.d1c7c71134f38p-3", "0x1.fba0c203474b2p-2",
+                                                            "0x1.4aa2c383823bcp-1", "0x1.c13352a27805dp-1"]
