@@ -68,7 +68,7 @@ from .report import ARCH_LIMITS
 
 _REGISTER_FILE = min(lim.registers_per_sm for lim in ARCH_LIMITS.values())  # 32-bit registers per SM
 
-__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem", "tc_arch"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -152,6 +152,11 @@ def _convert(expr: str, src, dst, location=None, policy=None) -> str:
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
 
 
+def tc_arch(model: str) -> str:
+    """The architecture a tensor-core model describes: ``"tc:sm80"`` -> ``"sm_80"`` (CUDA-TC-1)."""
+    return "sm_" + model[len(TC_PREFIX) + 2:]
+
+
 def _index_type(func) -> str:
     """``int`` when every index fits in 32 bits — every buffer static with fewer than 2³¹
     elements, and the launch (if known) under 2³¹ lanes — else ``long`` (LOWER-TARGET-1)."""
@@ -222,6 +227,7 @@ class _Emitter:
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
         self.layouts = {}  # fragment value -> its Owned (absent: cyclic)
         self.idx = _index_type(func)
+        self.tc_models = {}  # tensor-core model (accum "tc:…") of the kernel's mma ops -> the first one's location
         self.smem_offsets, self.smem_bytes = T.shared_layout(func)
 
     def name(self, value) -> str:
@@ -289,9 +295,19 @@ class _Emitter:
                            if self.smem_bytes > SMEM_STATIC_LIMIT else "")
             launch += f"// dynamic shared memory: {self.smem_bytes} B{raise_limit}\n"
             self.emit("extern __shared__ __align__(16) unsigned char tsr_smem[];  // every alloc is carved out of it")
-        head = f'{launch}extern "C" __global__ void {self.launch_bounds()}{attrs["sym_name"]}({", ".join(params)}) {{'
+        head = f'extern "C" __global__ void {self.launch_bounds()}{attrs["sym_name"]}({", ".join(params)}) {{'
         self.block(self.func.regions[0].entry)
-        return "\n".join([head] + self.lines + ["}"])
+        return "\n".join([launch + self.arch_guard() + head] + self.lines + ["}"])
+
+    def arch_guard(self) -> str:
+        """For a kernel with tensor-core mma ops, a preprocessor check that it is compiled for
+        the architecture its model describes (CUDA-TC-1); ``build`` refuses the mismatch first."""
+        out = ""
+        for model in sorted(self.tc_models):
+            arch = tc_arch(model)
+            out += (f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != {arch[3:]}0\n#error \"accum='{model}' is "
+                    f"{arch}'s tensor-core model: compile this kernel for {arch} (CUDA-TC-1)\"\n#endif\n")
+        return out
 
     def launch_bounds(self) -> str:
         """``__launch_bounds__(lanes, blocks)`` for a kernel whose lowering sized its tile for a
@@ -750,7 +766,8 @@ class _Emitter:
         self.emit(f"const int {g} = (threadIdx.x / 4) % 8, {t} = threadIdx.x % 4;  // mma.sync: g = lane >> 2, t = lane & 3")
         self.emit(f"const int {r0} = (threadIdx.x / {32 * WN}) * {16 * RM} + {g}, "
                   f"{c0} = ((threadIdx.x / 32) % {WN}) * {8 * RN} + {g};  // this warp's A row and B column")
-        shape = "m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        shape = "mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        self.tc_models.setdefault(op.attributes["accum"], op.location)
         half = "unsigned short"
         self.emit("#pragma unroll")
         self.emit(f"for (int kk = 0; kk < {K}; kk += 16) {{  // NUM-TC-5: instructions over k ascending")
@@ -769,10 +786,7 @@ class _Emitter:
         for rm in range(RM):
             for rn in range(RN):
                 v = 4 * (rn + RN * rm)
-                outs = ", ".join(f'"+f"({name}[{v + i}])' for i in range(4))
-                ins = ", ".join([f'"r"(fa[{rm}][{i}])' for i in range(4)] + [f'"r"(fb[{rn}][{i}])' for i in range(2)])
-                self.emit(f'asm volatile("mma.sync.aligned.{shape} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
-                          f'{{%8, %9}}, {{%0, %1, %2, %3}};\\n" : {outs} : {ins});')
+                self.emit(f"tsr_mma_m16n8k16_{fmt}(&{name}[{v}], fa[{rm}], fb[{rn}], &{name}[{v}]);  // {shape}")
         self.indent -= 1
         self.emit("}")
 
