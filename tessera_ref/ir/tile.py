@@ -25,7 +25,7 @@ constant            -> index or scalar                                ``value``
 binary              x, y -> like x (compare, and/or: ``tensor<i1>``)  ``fn``
 unary               x -> like x                                       ``fn``
 reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
-cast                x -> index or scalar                              -
+cast                x (, element index) -> index or scalar            ``seed`` (stochastic rounding)
 select              mask, a, b -> like a                              -
 shfl_xor            x (a lane value) -> like x                        ``offset``
 uniform             element index -> f32 or f64                       ``seed``, ``stream``
@@ -75,9 +75,9 @@ DIALECT = "tessera.tile"
 INDEX_T = IndexType()
 MASK_T = TensorType((), BOOL)
 
-#: The rounding modes of a ``cast`` into a float policy (TILE-NUM-3; stochastic rounding would
-#: need a key and an element index).
-CAST_ROUNDING = ("rne", "rtz", "rup", "rdown")
+#: The rounding modes of a ``cast`` into a float policy (TILE-NUM-3); a stochastic cast also
+#: takes the element's index and a ``seed``.
+CAST_ROUNDING = ("rne", "rtz", "rup", "rdown", "stochastic")
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_FNS = ("and", "or")
 BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS
@@ -321,6 +321,19 @@ def _verify_mma(op):
     _verify_layout(op, c)
 
 
+def _verify_cast(op):
+    t = op.results[0].type if len(op.results) == 1 else None
+    if isinstance(t, ScalarType) and t.policy.rounding == "stochastic":
+        _n_operands(2)(op)
+        if not isinstance(op.operands[1].type, IndexType):
+            raise op.emit_error(f"a stochastic cast takes the element's index (index) second, got {op.operands[1].type}")
+        _attr(op, "seed", int)
+        if not 0 <= op.attributes["seed"] < 2 ** 64:
+            raise op.emit_error(f"attribute 'seed' must lie in [0, 2**64), is {op.attributes['seed']}")
+    else:
+        _n_operands(1)(op)
+
+
 def _verify_uniform(op):
     _n_operands(1)(op)
     if not isinstance(op.operands[0].type, IndexType):
@@ -373,7 +386,7 @@ _OPS = {
     "num_lanes": (_n_operands(0), False), "tile_id": (_verify_axis, False),
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
-    "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
+    "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_verify_cast, False), "select": (_n_operands(3), False),
     "shfl_xor": (_verify_shfl, True), "uniform": (_verify_uniform, False),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
@@ -512,10 +525,13 @@ class KernelBuilder:
         return self._one("reduce", (x,), TensorType(tuple(shape), x.type.policy),
                          {"fn": fn, "axis": int(axis), "accum": accum})
 
-    def cast(self, x: Value, fmt) -> Value:
+    def cast(self, x: Value, fmt, *, index: Value | None = None, seed: int | None = None) -> Value:
         """``x`` converted into ``fmt`` (a format name, policy or ``"index"``) by TILE-NUM-3:
-        GRAPH-CAST-1's rules, with the policy's rounding and overflow."""
-        return self._one("cast", (x,), _scalar_type(fmt))
+        GRAPH-CAST-1's rules, with the policy's rounding and overflow; a stochastic policy
+        takes the element's row-major ``index`` and the ``seed`` of its random bits."""
+        if index is None:
+            return self._one("cast", (x,), _scalar_type(fmt))
+        return self._one("cast", (x, index), _scalar_type(fmt), {"seed": int(seed)})
 
     def select(self, mask: Value, a: Value, b: Value) -> Value:
         return self._one("select", (mask, a, b), a.type)

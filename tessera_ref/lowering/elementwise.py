@@ -16,16 +16,17 @@ combined by one IEEE operation, rounded once into storage and stored: the Graph 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
 accum rounded once into storage (with its policy's rounding — ``rne`` ``rtz`` ``rup``
-``rdown`` — and overflow) — the value the unfused kernel would have stored — and
+``rdown`` ``stochastic`` — and overflow) — the value the unfused kernel would have stored — and
 converted back into accum (exactly) for the ops that use it, in registers; the results the
 program uses after the chain are stored. So the bits are the unfused kernels' (no
 contraction, no skipped rounding), and the HBM traffic of the intermediates is gone.
 
 A ``cast`` between the tile formats (f64 f32 f16 bf16 fp8_e4m3 fp8_e5m2; LOWER-CAST-1) is one
 tile ``cast`` of the loaded source value into the target policy — GRAPH-CAST-1's one
-conversion with its rounding (``rne`` ``rtz`` ``rup`` ``rdown``) and overflow, no accum step
-— alone or in a chain. Casts to or from ``i1``/``index`` and stochastic rounding are not
-lowered (a LoweringError: the op runs in the Graph IR interpreter).
+conversion with its rounding (``rne`` ``rtz`` ``rup`` ``rdown``, or ``stochastic`` with the
+op's ``seed`` and the element's flat index, the graph's key and index) and overflow, no
+accum step — alone or in a chain. Casts to or from ``i1``/``index`` are not lowered (a
+LoweringError: the op runs in the Graph IR interpreter).
 
 Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
 element, the kernel's operands) and every result element written, each in its format; a
@@ -74,12 +75,7 @@ def _cast_target(op):
         raise LoweringError(f"cast {src} -> {dst}: the tile lowering casts between "
                             f"{'/'.join(SUPPORTED_STORAGE)} values, not {kinds[0]}", location=op.location,
                             fix="run this cast in the Graph IR interpreter")
-    policy = dst.policy
-    if policy.rounding not in T.CAST_ROUNDING:
-        raise LoweringError(f"cast {src} -> {dst}: {policy.rounding} rounding is not lowered (a tile cast rounds by "
-                            f"{', '.join(T.CAST_ROUNDING)})", location=op.location,
-                            fix="run this cast in the Graph IR interpreter, or cast with rounding='rne'")
-    return policy
+    return dst.policy
 
 
 def _storage(v) -> str:
@@ -114,13 +110,15 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
         for op, (storage, accum) in zip(ops, formats):
             kb.at(op.location)
             short = op.name.rsplit(".", 1)[-1]
+            policy = op.results[0].type.policy  # rounded once with its rounding and overflow, as if stored
+            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
             if accum is None:  # a cast: one conversion of the stored source into the target policy
-                stored[op.results[0]] = kb.cast(stored[op.operands[0]], storage)
+                stored[op.results[0]] = kb.cast(stored[op.operands[0]], policy, **keyed)
                 continue
             vals = [value(x, accum) for x in op.operands]
             r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
-            policy = op.results[0].type.policy  # rounded once with its rounding and overflow, as if stored
-            stored[op.results[0]] = r if storage == accum and policy.overflow == "native" else kb.cast(r, policy)
+            as_is = storage == accum and policy.overflow == "native"  # the accum value is the stored one
+            stored[op.results[0]] = r if as_is else kb.cast(r, policy, **keyed)
         kb.at(kop.location)
         for y, x in zip(ys, outputs):
             kb.store(y, [idx], stored[x])

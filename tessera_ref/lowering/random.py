@@ -32,11 +32,14 @@ from .plan import KernelPlan, check_nonempty, check_policy, the_op
 
 __all__ = ["FAMILY", "lower_random"]
 
+#: the rounding of the results (stochastic rounding would draw from the key's fold 1)
+_ROUNDING = tuple(r for r in T.CAST_ROUNDING if r != "stochastic")
+
 
 def _storage(op) -> tuple:
     """``(policy, storage, accum)`` of the op's result: a LoweringError unless the family takes it."""
     check_nonempty(op)
-    storage, accum = check_policy(op, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+    storage, accum = check_policy(op, rounding=_ROUNDING, overflow=("native", "saturate"))
     return op.results[0].type.policy, storage, accum
 
 

@@ -46,6 +46,8 @@ LIBRARY = {
     "cast_bf16_f32": (lambda x: op.cast(x, "f32"), (BF16,), {}),
     "cast_e4m3_f16": (lambda x: op.cast(x, "f16"), (E4M3,), {}),
     "cast_e5m2_e4m3_rdown": (lambda x: op.cast(x, "fp8_e4m3", rounding="rdown"), (E5M2,), {}),
+    "cast_bf16_e4m3_stochastic": (lambda x: op.cast(x, "fp8_e4m3", rounding="stochastic", seed=5), (BF16,), {}),
+    "add_bf16_stochastic": (lambda a, b: op.add(a, b, seed=6), (t.asarray(BF16, policy=Policy("bf16", rounding="stochastic")),) * 2, {}),
     "cast_fused": (lambda x, s: op.cast(op.cast(x, "f32") * s, "fp8_e5m2", overflow="saturate"), (BF16, F32), {}),
     "rand_f32": (lambda x: op.rand((64, 64), seed=7, stream=1) + x, (F32,), {}),
     "rand_f64": (lambda: op.rand((64, 64), seed=7, dtype="f64"), (), {}),

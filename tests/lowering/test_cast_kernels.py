@@ -2,7 +2,8 @@
 (alone or fused into a chain, LOWER-FUSE-1) whose bits on the tile interpreter are the Graph
 IR cast's (GRAPH-CAST-1) — exhaustively over every f16, bf16 and fp8 value, and over an f32
 sample holding every special value and every rounding tie of the targets, into every tile
-format with every rounding and overflow mode the tile cast takes."""
+format with every rounding and overflow mode (stochastic rounding with the graph's key and
+index)."""
 import ml_dtypes
 import numpy as np
 import pytest
@@ -112,7 +113,6 @@ def test_the_rendered_cast_names_the_rounding_and_overflow():
 
 
 @pytest.mark.parametrize("fn, why", [
-    (lambda x: op.cast(x, "bf16", rounding="stochastic", seed=1), "stochastic rounding is not lowered"),
     (lambda x: op.cast(x, "index"), "not tensor<4x32xindex>"),
     (lambda x: op.cast(x, "fp4_e2m1"), "not tensor<4x32xfp4_e2m1>"),
 ])
@@ -123,3 +123,27 @@ def test_casts_the_tile_lowering_does_not_take_are_refused_clearly(fn, why):
     assert "test_cast_kernels.py" in str(info.value) and "Graph IR interpreter" in info.value.fix
     with backends.use("interp-tiles"), pytest.raises(BackendError, match="no kernel for this cast"):
         fn(t.asarray(x))
+
+
+@pytest.mark.parametrize("source, target", [("f16", "fp8_e4m3"), ("bf16", "fp8_e5m2"), ("f16", "bf16")])
+def test_stochastic_casts_draw_the_graphs_bits(source, target):
+    """NUM-CVT-5 in the kernel: the bits are NUM-RNG-4's of RNGKey(seed) at the element's
+    row-major index, as in the graph, for every value and any tiling."""
+    x = _every_value(source)
+    for directives in (WIDE, {"lanes": 64, "vectorize": 2}):
+        got, want, _, _ = lowered(lambda x: op.cast(x, target, rounding="stochastic", seed=2 ** 63 + 9), x,
+                                  directives=directives, checks=False)
+        assert_same_bits(got, want)
+
+
+def test_an_elementwise_op_with_a_stochastic_policy_rounds_with_its_seed():
+    from tessera_ref.numerics import Policy
+    pol = Policy("bf16", rounding="stochastic")
+    r = np.random.default_rng(8)
+    a, b = (t.asarray(r.standard_normal((4, 100)).astype(np.float32).astype(ml_dtypes.bfloat16), policy=pol)
+            for _ in range(2))
+    got, want, _, program = lowered(lambda a, b: op.mul(op.add(a, b, seed=3), b, seed=4), a, b)
+    assert_same_bits(got, want)
+    assert [k.attributes["op"] for k in program.func.regions[0].entry if k.name == S.KERNEL] == ["add+mul"]
+    text = backends.get("interp").inspect_program(program, "target")
+    assert text.count("tsr_cvt_sr<__nv_bfloat16, TSR_NATIVE>(") == 2 and "tsr_random_bits((tsr_u64)(" in text

@@ -406,10 +406,11 @@ class _Emitter:
         if not (src and dst):
             self.value(op, f"({self.ctype(t)})({x})")
             return
-        if t.policy.rounding not in _ROUNDING:
-            raise LoweringError(f"the CUDA emitter casts with {', '.join(_ROUNDING)} rounding, not "
-                                f"{t.policy.rounding!r} ({op.operands[0].type} -> {t})", location=op.location,
-                                fix="cast with another rounding mode, or run the cast in the Graph IR interpreter")
+        if t.policy.rounding == "stochastic":  # NUM-CVT-5 with NUM-RNG-4's bits of RNGKey(seed) at the index
+            k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"]).words)
+            bits = f"tsr_random_bits((tsr_u64)({self.arg(op.operands[1])}), {k0:#010x}u, {k1:#010x}u)"
+            self.value(op, f"tsr_cvt_sr<{self.ctype(t)}, {_OVERFLOW[t.policy.overflow]}>({x}, {bits})")
+            return
         self.value(op, _convert(x, src, dst, op.location, t.policy))
 
     def op_shfl_xor(self, op):

@@ -688,6 +688,10 @@ template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(float x
 template <class T, int O = TSR_NATIVE> TSR_FN T tsr_cvt_sr(double x, unsigned rbits) {
   return tsr_cvt_to<T>::template from<TSR_RSTOCH, O>(x, rbits);
 }
+template <class T, int O = TSR_NATIVE> TSR_FN T tsr_cvt_sr(float x, unsigned rbits) {
+  unsigned b = tsr_f2u(x);
+  return tsr_cvt_sr<T, O>((b & 0x7fffffffu) > 0x7f800000u ? (b >> 31 ? TSR_NAN_NEG : TSR_NAN) : (double)x, rbits);
+}
 // An exact widening into float or double (every source value is a target value): a plain
 // conversion but for NaN, which becomes the canonical quiet NaN with the source's sign.
 template <class T> TSR_FN T tsr_nan_of(bool neg);
@@ -723,6 +727,9 @@ template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp
 }
 template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) {
   return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int O = TSR_NATIVE, class S> TSR_FN T tsr_cvt_sr(S x, unsigned rbits) {  // narrow sources
+  return tsr_cvt_sr<T, O>(tsr_wide(x), rbits);
 }
 template <class T> TSR_FN T tsr_widen(__half x) { return tsr_widen<T>(tsr_wide(x)); }
 template <class T> TSR_FN T tsr_widen(__nv_bfloat16 x) { return tsr_widen<T>(tsr_wide(x)); }

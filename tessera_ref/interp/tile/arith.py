@@ -22,9 +22,9 @@ code where the graph has a definition:
   the source is exact but for NaN, which becomes the target's canonical quiet NaN with the
   source's sign (NUM-CVT-4, as in the graph's ``cast``).
 - :func:`cast_value` is the ``cast`` op (TILE-NUM-3): GRAPH-CAST-1's number → format rule
-  with the target policy's rounding (``rne`` ``rtz`` ``rup`` ``rdown``) and overflow
-  (``native`` ``saturate``), by the graph's own conversion — also into the source's own
-  format, where only a NaN's code changes.
+  with the target policy's rounding (``rne`` ``rtz`` ``rup`` ``rdown``, or ``stochastic``
+  with the element's index and seed) and overflow (``native`` ``saturate``), by the graph's
+  own conversion — also into the source's own format, where only a NaN's code changes.
 """
 from __future__ import annotations
 
@@ -123,14 +123,19 @@ def convert(x, dtype: np.dtype):
     return _value(cast(arr, dst, rounding="rne", overflow="native"), canonical=False)
 
 
-def cast_value(x, policy, location=None):
+def cast_value(x, policy, location=None, *, seed=None, index=None):
     """The ``cast`` op of ``x`` (a float lane value or fragment) into ``policy``'s storage:
-    see the module docstring."""
+    see the module docstring. Stochastic rounding draws NUM-CVT-5's bits from
+    ``RNGKey(seed)`` at the elements' ``index`` (the graph's ``to_storage`` key and index)."""
     if policy.rounding not in CAST_ROUNDING:
         raise KernelError(f"cast to {policy}: a tile cast rounds by {', '.join(CAST_ROUNDING)}, not "
                           f"{policy.rounding!r}", location=location,
                           fix="cast with another rounding mode, or run the cast in the Graph IR interpreter")
     arr = np.asarray(x)
+    key = None
+    if policy.rounding == "stochastic":
+        arr, index = np.broadcast_arrays(arr, np.maximum(np.asarray(index), 0).astype(np.uint64))
+        key = seed
     with np.errstate(all="ignore"):
-        out = cast(arr, policy.storage, rounding=policy.rounding, overflow=policy.overflow)
+        out = cast(arr, policy.storage, rounding=policy.rounding, overflow=policy.overflow, key=key, index=index)
     return _value(out, canonical=False)

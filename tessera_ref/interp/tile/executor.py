@@ -560,7 +560,8 @@ def _reduce(run, op, mask):
 def _cast(run, op, mask):
     x, t = run.env[op.operands[0]], op.results[0].type
     if isinstance(t, ScalarType) and _is_float(op.operands[0].type):
-        return cast_value(x, t.policy, op.location)
+        index = run.env[op.operands[1]] if len(op.operands) > 1 else None
+        return cast_value(x, t.policy, op.location, seed=op.attributes.get("seed"), index=index)
     return convert(x, _dtype(t))
 
 
