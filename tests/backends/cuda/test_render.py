@@ -161,7 +161,7 @@ def test_bf16_and_fp8_kernels_use_cuda_types_and_explicit_conversions(tmp_path):
         text = inspect(program, "target")
         ctype = {"bf16": "__nv_bfloat16", "e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2"}[name.split()[1]]
         assert f"{ctype}* __restrict__" in text and f"tsr_cvt<{ctype}>(" in text, name
-        widening = "(float)(" if name.startswith("matmul") else "tsr_widen<float>("  # mma operands: a C cast
+        widening = "(float)(" if name.startswith(("matmul", "attention")) else "tsr_widen<float>("  # mma: a C cast
         assert widening in text and "#include <cuda_fp8.h>" in text and "Compiled by NVRTC" in text
         _syntax_check(text, tmp_path)
 
