@@ -171,11 +171,13 @@ def test_the_kernels_of_a_function_form_one_module(backend):
 
 @clause("LOWER-CAST-1", "LOWER-FUSE-1")
 @pytest.mark.parametrize("to, rounding, overflow", [("bf16", "rtz", "native"), ("fp8_e4m3", "rne", "saturate"),
-                                                    ("fp8_e5m2", "rup", "native"), ("f64", "rdown", "saturate")])
+                                                    ("fp8_e5m2", "rup", "native"), ("f64", "rdown", "saturate"),
+                                                    ("fp8_e4m3", "stochastic", "native")])
 def test_casts_lower_to_elementwise_kernels_with_the_graphs_bits(backend, to, rounding, overflow):
     x = adversarial(RNG, (4, 96))
     x.flat[:5] = [np.nan, -np.inf, 3e38, -0.0, 1e-42]
-    f = lambda x: op.cast(op.cast(x, to, rounding=rounding, overflow=overflow), "f32") * 2.0  # noqa: E731
+    seed = 2 ** 64 - 3 if rounding == "stochastic" else None
+    f = lambda x: op.cast(op.cast(x, to, rounding=rounding, overflow=overflow, seed=seed), "f32") * 2.0  # noqa: E731
     got, _, program = lowered(backend, f, x)
     assert [k.attributes["op"] for k in kernels(program)] == ["cast+cast+mul"]
     assert_bits(got[0], t.jit(f, backend="interp")(x).numpy())
