@@ -16,7 +16,7 @@
   becomes the ``"target"`` level, here and for ``@kernel`` objects;
 - :mod:`.autotune` sweeps schedule or kernel spaces with the cost model.
 """
-from . import matmul, rows, elementwise, attention  # noqa: F401 - the kernel families register themselves
+from . import matmul, rows, elementwise, attention, random  # noqa: F401 - the kernel families register themselves
 from .family import KernelFamily, family_of
 from .graph_to_schedule import graph_to_schedule, fit_schedule
 from .schedule_to_tile import LoweredProgram, schedule_to_tile

@@ -33,13 +33,13 @@ from ...ir import Module, Operation
 from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
 from ...ir.types import IndexType, ScalarType, TensorType
-from ...numerics import get_format, tc
+from ...numerics import get_format, rng, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
-from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
+from .arith import STORAGE_FORMATS, cast_value, computable, convert, float_binary, float_unary, number
 from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .progress import Progress
@@ -570,12 +570,25 @@ def _reduce(run, op, mask):
 
 
 def _cast(run, op, mask):
-    return convert(run.env[op.operands[0]], _dtype(op.results[0].type))
+    x, t = run.env[op.operands[0]], op.results[0].type
+    if isinstance(t, ScalarType) and _is_float(op.operands[0].type):
+        index = run.env[op.operands[1]] if len(op.operands) > 1 else None
+        return cast_value(x, t.policy, op.location, seed=op.attributes.get("seed"), index=index)
+    return convert(x, _dtype(t))
 
 
 def _select(run, op, mask):
     m, a, b = (run.env[v] for v in op.operands)
     return np.where(m, a, b) if np.ndim(m) or np.ndim(a) or np.ndim(b) else (a if m else b)
+
+
+def _uniform(run, op, mask):
+    """TILE-RNG-1: NUM-RNG-5's uniform of each lane's element index, by the numerics RNG."""
+    index = np.asarray(run.env[op.operands[0]])
+    key = rng.RNGKey(op.attributes["seed"], op.attributes["stream"])
+    u = rng.uniform(key, np.maximum(index, 0).astype(np.uint64), _dtype(op.results[0].type))
+    run.counters.flops += int(mask.sum()) if index.ndim else 1
+    return u if index.ndim else u[()]
 
 
 def _shfl_xor(run, op, mask):
@@ -882,7 +895,7 @@ def _collective_in(run, op):
 HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
     "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
-    "select": _select, "shfl_xor": _shfl_xor, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
+    "select": _select, "shfl_xor": _shfl_xor, "uniform": _uniform, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
     "if": _if}.items()}
