@@ -44,6 +44,8 @@ from .numerics import (
     int8,
 )
 from .backends import cuda as _cuda  # noqa: F401 - registers the CUDA C text as the "target" IR level
+from .backends import mpi as _mpi  # noqa: F401 - registers the "mpi" transport of multi-process programs
+from .backends.cuda import nccl as _nccl  # noqa: F401 - registers the "nccl" transport (needs CuPy when opened)
 
 __version__ = "0.1.0"
 

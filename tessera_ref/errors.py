@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib.util
+import inspect
 import os
 import sys
 
@@ -86,6 +88,36 @@ class TesseraError(Exception):
         if self.fix:
             text += f". Fix: {self.fix}"
         return text
+
+
+class UsageError(TesseraError, TypeError):
+    """A public function called with arguments its signature does not take."""
+
+
+def checked_signature(fn):
+    """``fn``, except that a call whose arguments do not bind to its signature (an unknown
+    keyword, a missing or extra argument) raises :class:`UsageError` naming the function, its
+    signature and the user's line, instead of Python's bare ``TypeError``."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as wrong:
+                reason = str(wrong)
+                unknown = [k for k in kwargs if k not in signature.parameters]
+                if unknown and not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+                    reason = f"unknown keyword argument(s) {', '.join(map(repr, unknown))}"
+                raise UsageError(f"{fn.__name__}{signature}: {reason}",
+                                 fix=f"call {fn.__name__} with the parameters of its signature "
+                                     f"(help({fn.__name__}) says what each means)") from None
+            raise
+
+    return call
 
 
 class FormatError(TesseraError, ValueError):

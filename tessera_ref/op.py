@@ -6,13 +6,15 @@ the op when called inside a traced function (:func:`tessera_ref.graph.module`,
 modules of :mod:`tessera_ref.ops` (each lists its functions in ``__all__``); this module only
 collects them.
 """
+from .errors import checked_signature as _checked
 from .ops import FUNCTIONS as _FUNCTIONS
 
-globals().update(vars(_FUNCTIONS))
+# Called with arguments their signatures do not take, they raise UsageError, not TypeError.
+globals().update({_name: _checked(_fn) for _name, _fn in vars(_FUNCTIONS).items()})
 __all__ = list(vars(_FUNCTIONS))
 
 from .frontend.schedule import op_kernel as _op_kernel  # noqa: E402 - after the op functions it uses
 
 #: Seed 003's ``@op.kernel`` decorator (tessera_ref.frontend.schedule), not an op.
-kernel = _op_kernel
+kernel = _checked(_op_kernel)
 __all__.append("kernel")

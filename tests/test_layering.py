@@ -14,7 +14,8 @@ import tessera_ref
 #: The layers, lowest first; each is a list of units. A unit is a module or package of
 #: ``tessera_ref`` (relative dotted name) with everything under it, or a tuple of those that
 #: form one unit; imports inside a unit are free. ``backends.*`` is one unit per executor under
-#: ``backends/`` (cuda, mpi, …); ``backends`` itself is the interfaces (``__init__``, ``base``).
+#: ``backends/`` (cuda, mpi, …); ``backends`` itself is the interfaces (``__init__``, ``base``) and
+#: what every executor's communicator builds on (``p2p``: the collectives over any transport).
 #: The top is the application: the ``cli`` package and the top-level modules (``__init__``:
 #: the package ``tessera_ref`` itself) — one unit, as the command runs the demo and user files.
 LAYERS = [
@@ -27,7 +28,7 @@ LAYERS = [
     ["frontend"],
     ["autodiff"],
     ["lowering"],
-    [("backends", "backends.base", "backends.registry")],
+    [("backends", "backends.base", "backends.registry", "backends.p2p")],
     ["interp", "backends.*"],
     [("cli", "__init__", "__main__", "op", "graph", "demo", "runner")],
 ]

@@ -83,3 +83,38 @@ def test_from_source_without_a_kernel_says_to_write_one():
     with pytest.raises(KernelError, match="0 @kernel") as info:
         kernel.from_source("x = 1")
     assert "@kernel" in info.value.fix and "name=" not in info.value.fix
+
+
+def _public_functions(module, names):
+    import inspect
+    return [(name, getattr(module, name)) for name in names if inspect.isfunction(getattr(module, name))]
+
+
+@pytest.mark.parametrize("name, fn", _public_functions(tr.op, tr.op.__all__) + _public_functions(dist, dist.__all__),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_an_unknown_keyword_is_a_usage_error_naming_it(name, fn):
+    from tessera_ref.errors import UsageError
+    with pytest.raises(UsageError) as info:
+        fn(no_such_parameter=1)  # keyword-here
+    message = str(info.value)
+    assert message.startswith(f"{fn.__name__}(") and "unknown keyword argument(s) 'no_such_parameter'" in message
+    assert info.value.location == f"{HERE}:{_line_of('# keyword-here')}"
+    assert isinstance(info.value, TypeError)  # code catching TypeError keeps working
+
+
+def test_dist_collective_spelling_takes_the_same_checks():
+    from tessera_ref.errors import UsageError
+    mesh = dist.Mesh(axes=["tp"], devices=range(2))
+    a = dist.tensor((4, 4), dist.ShardSpec(partition=(0,), mesh_axes=("tp",)), mesh, data=np.ones((4, 4)))
+    with pytest.raises(UsageError, match=r"all_gather\(x, axis\): unknown keyword argument\(s\) 'dim'"):
+        dist.collective.all_gather(a, axis="tp", dim=0)
+    with pytest.raises(UsageError, match="missing a required argument: 'axis'"):
+        dist.collective.reduce_scatter(a)
+    assert dist.collective.all_gather(a, axis="tp").shape == (4, 4)
+
+
+@pytest.mark.parametrize("axes", [(None, "tp"), ("tp", 3), ("tp", ())])
+def test_a_mesh_axes_entry_that_names_no_axis_is_a_layout_error(axes):
+    from tessera_ref.errors import LayoutError
+    with pytest.raises(LayoutError, match=r"mesh_axes entry \d is .*a dimension left out of partition is not split"):
+        dist.ShardSpec(("batch", "row"), axes)

@@ -38,9 +38,16 @@ def test_scipy_is_a_test_dependency_only_because_no_package_module_imports_it():
 def test_every_third_party_import_of_the_package_is_a_dependency_or_optional():
     imported = _imported_top_level_modules(ROOT / "tessera_ref") - set(sys.stdlib_module_names) - {"tessera_ref"}
     # imported lazily for optional features: cupy (GPU backend), pytest (the conformance extra),
-    # matplotlib (the plot extra)
-    declared = _requirement_names(PROJECT["dependencies"]) | {"cupy", "pytest", "tessera_conformance", "matplotlib"}
+    # matplotlib (the plot extra), mpi4py (the mpi extra)
+    declared = _requirement_names(PROJECT["dependencies"]) | {"cupy", "pytest", "tessera_conformance", "matplotlib",
+                                                              "mpi4py"}
     assert imported <= declared, imported - declared
+
+
+def test_mpi4py_and_the_mpi_runtime_are_the_mpi_extra_and_test_dependencies():
+    for extra in ("mpi", "test"):  # the multi-process tests run real ranks in CI
+        assert {"mpi4py", "mpich"} <= _requirement_names(PROJECT["optional-dependencies"][extra])
+    assert "mpi4py" not in _requirement_names(PROJECT["dependencies"])
 
 
 def test_matplotlib_is_the_plot_extra_and_a_test_dependency():

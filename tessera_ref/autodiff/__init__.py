@@ -13,6 +13,7 @@ This module object is itself the decorator: ``from tessera import autodiff`` the
 import sys
 import types
 
+from ..dist.pipeline import register_differentiation
 from ..frontend import pytree
 from . import effects
 from .plan import CommunicationPlan, PlannedCollective, communication_plan
@@ -20,6 +21,8 @@ from .transforms import AutodiffFunction, Transformed, autodiff as _decorator, g
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "AutodiffFunction", "Transformed", "communication_plan", "CommunicationPlan", "PlannedCollective",
            "effects", "pytree"]
+
+register_differentiation(vjp)  # dist.pipeline differentiates its stages with it
 
 
 class _DecoratorModule(types.ModuleType):

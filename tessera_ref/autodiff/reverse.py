@@ -131,28 +131,58 @@ def call_rule(trace, op, position: int, slot: str, rule, derivatives) -> tuple:
     return primals, out
 
 
-def backward(trace, ops, inputs, outputs) -> list:
+def backward(trace, ops, inputs, outputs, finish=None) -> list:
     """Append the backward pass of ``ops`` to ``trace``: ``outputs`` is a list of
-    ``(value, cotangent)`` pairs; returns the cotangent of each input (``None``: zero)."""
+    ``(value, cotangent)`` pairs; returns the cotangent of each input (``None``: zero).
+
+    ``finish(input, cotangent)``, when given, is called for each input as soon as its
+    cotangent is final — right after the op of least position that uses it was visited (before
+    the visits when no op uses it) — and its result is returned for that input instead: the ops
+    it records (a gradient's reduction over a data-parallel axis, AD-MESH-4) then sit in the
+    backward pass where later visits can run while they communicate. The cotangents are the
+    same whenever ``finish`` runs: nothing is added to one after its input's last use."""
     active = active_values(ops, inputs)
     cts: dict = {}
     for value, ct in outputs:
         if ct is not None and id(value) in active:
             cts[id(value)] = (ct if id(value) not in cts
                               else accumulate(cts[id(value)], ct, sum_seed({}, len(ops))))
+    finished: dict = {}  # input index -> finish's result
+    first_use: dict = {}  # position -> indices of the inputs whose first use it is
+    if finish is not None:
+        ids = {id(v): i for i, v in enumerate(inputs)}
+        seen = set()
+        for position, op in enumerate(ops):
+            for v in op.operands:
+                if id(v) in ids and id(v) not in seen:
+                    seen.add(id(v))
+                    first_use.setdefault(position, []).extend(i for i, u in enumerate(inputs) if u is v)
+        for i, v in enumerate(inputs):
+            if id(v) not in seen:
+                finished[i] = finish(v, cts.get(id(v)))
     for position, op in reversed(list(enumerate(ops))):
-        if not any(id(r) in cts for r in op.results) or not any(id(v) in active for v in op.operands):
-            continue
-        rule = rule_of(op, "vjp")
-        if rule is None:
-            continue
-        with running_op_at(op.location):
-            given = tuple(cts.pop(id(r), None) for r in op.results)
-            given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(op.results, given))
-            primals, out = call_rule(trace, op, position, "vjp", rule, given)
-            for i, (v, p, ct) in enumerate(zip(op.operands, primals, out)):
-                if ct is None or id(v) not in active:
-                    continue
-                check_rule_output(op, "vjp", f"operand {i}", ct, p)
-                cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, sum_seed(op.attributes, position))
+        _visit(trace, op, position, active, cts)
+        for i in first_use.get(position, ()):
+            finished[i] = finish(inputs[i], cts.get(id(inputs[i])))
+    if finish is not None:
+        return [finished[i] for i in range(len(inputs))]
     return [cts.get(id(v)) for v in inputs]
+
+
+def _visit(trace, op, position: int, active: set, cts: dict) -> None:
+    """Run ``op``'s vjp rule when it is active and a result received a cotangent, adding what
+    it gives each active operand to ``cts``."""
+    if not any(id(r) in cts for r in op.results) or not any(id(v) in active for v in op.operands):
+        return
+    rule = rule_of(op, "vjp")
+    if rule is None:
+        return
+    with running_op_at(op.location):
+        given = tuple(cts.pop(id(r), None) for r in op.results)
+        given = tuple(zeros_of(r.type) if c is None else c for r, c in zip(op.results, given))
+        primals, out = call_rule(trace, op, position, "vjp", rule, given)
+        for i, (v, p, ct) in enumerate(zip(op.operands, primals, out)):
+            if ct is None or id(v) not in active:
+                continue
+            check_rule_output(op, "vjp", f"operand {i}", ct, p)
+            cts[id(v)] = ct if id(v) not in cts else accumulate(cts[id(v)], ct, sum_seed(op.attributes, position))

@@ -128,14 +128,15 @@ def _record_forward(fn, args, nums, transform: str, fresh: bool) -> _Forward:
 
 def _gradients(fwd: _Forward, cotangents) -> list:
     """The backward pass for ``cotangents`` of the outputs: one pytree per differentiated argument."""
-    cts = backward(fwd.trace, fwd.ops, fwd.inputs, [(o.value, c) for o, c in zip(fwd.outputs, cotangents)])
-    grads = []
-    for v, ct in zip(fwd.inputs, cts):
+    def finish(v, ct):
         ct = zeros_of(v.type) if ct is None else ct
         layout = v.type.layout
         if layout is not None and getattr(ct.type, "layout", None) != layout.replace(partial=()):
-            ct = to_layout(ct, layout.replace(partial=()))  # AD-MESH-2
-        grads.append(ct)
+            ct = to_layout(ct, layout.replace(partial=()))  # AD-MESH-2, as soon as ct is final (AD-MESH-4)
+        return ct
+
+    grads = backward(fwd.trace, fwd.ops, fwd.inputs, [(o.value, c) for o, c in zip(fwd.outputs, cotangents)],
+                     finish)
     it = iter(grads)
     return [tree.unflatten([next(it) for _ in range(tree.num_leaves)]) for tree in fwd.arg_trees]
 

@@ -22,6 +22,7 @@ from ..errors import BackendError, LoweringError, OpError
 from ..ir import FUNC, Module, Operation, TensorType
 from ..ir.launch import Launch
 from ..lowering import autotune, pipeline
+from ..lowering.collective_matmul import apply_directive
 from ..ops.execute import bind_arguments, call_of, evaluate
 from ..ops.pricing import price
 from ..ops.values import Trace, Tracer
@@ -70,6 +71,11 @@ class Communicator(abc.ABC):
     def recv(self, posted, src, tag: int):
         """The stacked values on this mesh of what ``send`` posted (``posted``) on ``src``."""
 
+    def gather_boxes(self, stacked, axes: tuple):
+        """Stacked values of this process's devices joined with every other process's along the
+        mesh ``axes`` (MESH-MP-3); in one process, where every device lives, ``stacked`` itself."""
+        return stacked
+
 
 class Backend(abc.ABC):
     """An executor (see the module docstring). Subclasses set ``name`` and implement
@@ -101,13 +107,16 @@ class Backend(abc.ABC):
     def run_function(self, func: Operation, args) -> list:
         """Run the Graph IR ``tessera.func`` ``func`` on ``args`` — storage-dtype arrays, or
         DistTensors on one mesh (in a ``dist.mailbox_scope`` of its own) — through the one
-        execution loop (BACKEND-RUN-1); returns its results (arrays or DistTensors)."""
+        execution loop (BACKEND-RUN-1); returns its results (arrays or DistTensors). A sharded
+        function runs after the rewrite of a ``schedule.collective_matmul`` directive in force."""
         if func.name != FUNC:
             raise OpError(f"run_function runs a '{FUNC}', got '{func.name}'", fix="pass a function op")
         block = func.regions[0].entry
         with context.scoped(context.BACKEND, self):
             dist = next((a for a in args if isinstance(a, DistTensor)), None)
             if dist is not None:
+                func = apply_directive(func, context.SCHEDULE_DEFAULTS.get())  # LOWER-CM-1
+                block = func.regions[0].entry
                 check_sharded_arguments(func, dist.mesh, args)
                 with mailbox_scope():
                     return evaluate(block, dict(zip(block.args, args)),

@@ -51,9 +51,11 @@ from ..numerics.reduce import divide_by_count
 from . import events
 from .mesh import Mesh
 from .tensor import DistTensor, local_shape
+from .world import placement
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "permute",
-           "send", "recv", "check_pending", "mailbox_scope", "fold_partial", "local_slice", "REDUCE_OPS"]
+           "send", "recv", "check_pending", "mailbox_scope", "fold_partial", "gather_boxes", "local_slice",
+           "REDUCE_OPS"]
 
 #: The reductions ``all_reduce`` accepts (``avg`` is a sum divided once by the group size).
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
@@ -140,6 +142,15 @@ def _reduce_axes(x: DistTensor, axes: tuple, op: str):
     return _comm(x).reduce(x.local, axes, op, policy)
 
 
+def gather_boxes(x: DistTensor, local) -> np.ndarray:
+    """``local`` (stacked values of ``x``'s layout with no pending reduction) over the whole
+    mesh: the boxes of the other processes' devices gathered along the split axes, by the
+    communicator (MESH-MP-3); ``local`` itself in one process."""
+    if placement(x.mesh).single:
+        return local
+    return _comm(x).gather_boxes(local, tuple(a for a in x.mesh.axes if a in x.layout.split_axes))
+
+
 def fold_partial(x: DistTensor) -> np.ndarray:
     """The stacked local values of ``x`` with its whole pending reduction carried out (NUM-RED-3/4)."""
     out = _reduce_axes(x, x.layout.partial, x.layout.partial_op)
@@ -213,8 +224,11 @@ def _scatter_dim(x: DistTensor, local, axis: str, dim: int, layout):
         pad[m + dim] = (0, lshape[dim] * p - old_l)
         src = np.pad(src, pad)
     pieces = src.reshape(src.shape[:m + dim] + (p, lshape[dim]) + src.shape[m + dim + 1:])
-    pieces = np.moveaxis(pieces, m + dim, i)  # the replicated (size 1) mesh axis moves to i + 1
-    return new_layout, np.squeeze(pieces, axis=i + 1)
+    pieces = np.squeeze(np.moveaxis(pieces, m + dim, i), axis=i + 1)  # the replicated (size 1) axis was at i + 1
+    place = placement(mesh)
+    if not place.single:  # each process keeps the pieces of its own devices (MESH-MP-2)
+        pieces = pieces[(slice(None),) * i + (slice(place.start[i], place.start[i] + place.box[i]),)]
+    return new_layout, pieces
 
 
 def _gather_dim(x: DistTensor, local, axis: str, dim: int):

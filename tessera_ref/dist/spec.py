@@ -54,6 +54,13 @@ class ShardSpec:
 
     def __post_init__(self):
         partition, axes = _as_tuple(self.partition), _as_tuple(self.mesh_axes)
+        for i, a in enumerate(axes):
+            if not (isinstance(a, str) or (isinstance(a, (tuple, list)) and a and all(isinstance(n, str) for n in a))):
+                raise LayoutError(f"ShardSpec mesh_axes entry {i} is {a!r}: each entry names the mesh axis (or a "
+                                  f"tuple of axes) splitting the dimension at the same position of partition "
+                                  f"{partition}",
+                                  fix="list only the split dimensions, e.g. ShardSpec(partition=('row',), "
+                                      "mesh_axes=('tp',)); a dimension left out of partition is not split")
         axes = tuple(a if isinstance(a, str) else tuple(a) for a in axes)
         object.__setattr__(self, "partition", partition)
         object.__setattr__(self, "mesh_axes", axes)

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import AbstractValueError, CollectiveError, LayoutError
+from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError
 from ..ir import ShardLayout, TensorType
 from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
 from ..numerics.packing import packed_nbytes
@@ -31,8 +31,9 @@ from ..ops.values import TensorOperators, asarray
 from .. import sim
 from .mesh import Mesh
 from .spec import resolve_layout
+from .world import placement
 
-__all__ = ["DistTensor", "tensor", "from_shards", "local_shape", "stack_shape", "IDENTITY"]
+__all__ = ["DistTensor", "tensor", "from_shards", "local_shape", "stack_shape", "own_box", "IDENTITY"]
 
 #: The value a pending reduction starts from on every device but the first (identity of the op;
 #: −0 for sum, because x + (−0) = x for every x including +0).
@@ -61,12 +62,21 @@ def local_shape(shape: tuple, layout: ShardLayout, mesh: Mesh) -> tuple:
     return tuple(out)
 
 
-def stack_shape(layout: ShardLayout, mesh: Mesh) -> tuple:
-    """The leading (mesh) axes of the stacked storage: the axis size where the tensor varies, 1 elsewhere."""
+def stack_shape(layout: ShardLayout, mesh: Mesh, whole: bool = False) -> tuple:
+    """The leading (mesh) axes of the stacked storage: where the tensor varies, the size of this
+    process's box along the axis (the axis size in one process, or with ``whole``), 1 elsewhere
+    (MESH-MP-2)."""
     varying = layout.varying_axes
     for a in varying:
         mesh.axis_index(a)
-    return tuple(s if a in varying else 1 for a, s in zip(mesh.axes, mesh.shape))
+    sizes = mesh.shape if whole else placement(mesh).box
+    return tuple(s if a in varying else 1 for a, s in zip(mesh.axes, sizes))
+
+
+def own_box(whole_stacked: np.ndarray, mesh: Mesh) -> np.ndarray:
+    """This process's box of stacked values over the whole mesh (MESH-MP-2; all of it in one process)."""
+    place = placement(mesh)
+    return whole_stacked if place.single else whole_stacked[place.box_slices(whole_stacked.shape[:mesh.ndim])]
 
 
 def _check_static(shape) -> tuple:
@@ -132,11 +142,13 @@ class DistTensor(TensorOperators):
                     "tensors give types, layouts, bytes and costs only")
 
     def numpy(self) -> np.ndarray:
-        """The global value (a pending reduction is carried out first, by NUM-RED-3/4)."""
+        """The global value (a pending reduction is carried out first, by NUM-RED-3/4). When the
+        mesh spans several processes this is a collective: every process must call it, and the
+        blocks of the other processes' devices are gathered (MESH-MP-3)."""
         self._require_values("the global value")
-        from .collectives import fold_partial
+        from .collectives import fold_partial, gather_boxes
         local = fold_partial(self) if self.layout.partial else self.local
-        return _assemble(local, self.layout, self.mesh, self.shape)
+        return _assemble(gather_boxes(self, local), self.layout, self.mesh, self.shape)
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -147,16 +159,26 @@ class DistTensor(TensorOperators):
         the split dimensions (padding included), its own contribution if a reduction is pending."""
         self._require_values("a shard")
         coords = self.mesh.coords(device)
-        stack = stack_shape(self.layout, self.mesh)
-        index = tuple(coords[a] if s > 1 else 0 for a, s in zip(self.mesh.axes, stack))
+        place = placement(self.mesh)
+        at = tuple(coords[a] for a in self.mesh.axes)
+        if not place.owns(at):
+            raise MeshError(f"device {self.mesh.devices[self.mesh.index_of(device)]!r} of {self.mesh!r} is owned by "
+                            f"process {place.owner(at)}; this is process {place.rank} of {place.size} (MESH-MP-3)",
+                            fix="ask for the shards of this process's devices (x.shards()), or gather the whole "
+                                "value with x.numpy() (a collective)")
+        stack = stack_shape(self.layout, self.mesh, whole=True)
+        index = tuple(c - s0 if s > 1 else 0 for c, s0, s in zip(at, place.start, stack))
         if isinstance(self.local, ExactAccumulator):
             raise AbstractValueError("a device's exact partial sum has no storage-format value yet",
                                      fix="all_reduce it first (it is held exactly, NUM-RED-4)")
         return np.array(self.local[index])
 
     def shards(self) -> dict:
-        """``{device name: local value}`` for every device."""
-        return {name: self.shard(i) for i, name in enumerate(self.mesh.devices)}
+        """``{device name: local value}`` for every device this process owns (all of them in one
+        process, MESH-MP-3)."""
+        place = placement(self.mesh)
+        return {name: self.shard(i) for i, name in enumerate(self.mesh.devices)
+                if place.owns(np.unravel_index(i, self.mesh.shape))}
 
     def redistribute(self, layout) -> "DistTensor":
         """This tensor in another layout (a :class:`~tessera_ref.dist.ShardSpec` or layout),
@@ -206,9 +228,9 @@ def _assemble(local: np.ndarray, layout: ShardLayout, mesh: Mesh, shape: tuple) 
 
 
 def _pending(x: np.ndarray, layout: ShardLayout, mesh: Mesh, dtype) -> np.ndarray:
-    """Stacked values of a pending reduction whose total is ``x``: ``x`` at rank 0 of the
-    partial axes, the op's identity on every other rank."""
-    stack = stack_shape(layout, mesh)
+    """Stacked values (whole mesh) of a pending reduction whose total is ``x``: ``x`` at rank 0
+    of the partial axes, the op's identity on every other rank."""
+    stack = stack_shape(layout, mesh, whole=True)
     out = np.full(stack + x.shape[mesh.ndim:], IDENTITY[layout.partial_op]).astype(dtype)
     first = tuple(0 if a in layout.partial else slice(None) for a in mesh.axes)
     out[first] = x[tuple(0 if a in layout.partial else slice(None) for a in mesh.axes)]
@@ -268,9 +290,9 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         values = cast(values, policy.storage)
     local = _split(values, lay.replace(partial=()), mesh, lshape)
     if lay.partial:
-        local = _pending(np.broadcast_to(local, stack_shape(lay.replace(partial=()), mesh) + lshape), lay, mesh,
-                         ttype.dtype)
-    return DistTensor(ttype, mesh, np.ascontiguousarray(local), name)
+        local = _pending(np.broadcast_to(local, stack_shape(lay.replace(partial=()), mesh, whole=True) + lshape),
+                         lay, mesh, ttype.dtype)
+    return DistTensor(ttype, mesh, np.ascontiguousarray(own_box(local, mesh)), name)
 
 
 def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = None) -> DistTensor:
@@ -300,7 +322,7 @@ def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = No
     full = np.stack([s if s.dtype == dtype_np else cast(s, policy.storage) for s in shards])
     full = full.reshape(mesh.shape + lshape)
     lay = resolve_layout(layout, len(lshape))
-    stack = stack_shape(lay, mesh)
+    stack = stack_shape(lay, mesh, whole=True)
     for i, (a, s) in enumerate(zip(mesh.axes, stack)):
         if s == 1 and mesh.shape[i] > 1:
             ref = np.take(full, [0], axis=i)
@@ -314,7 +336,7 @@ def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = No
     if lay.padded:
         raise LayoutError("from_shards cannot infer the global shape of padded blocks",
                           fix="build padded tensors with dist.tensor(data=...)")
-    return DistTensor(TensorType(shape, policy, lay), mesh, np.ascontiguousarray(full), name)
+    return DistTensor(TensorType(shape, policy, lay), mesh, np.ascontiguousarray(own_box(full, mesh)), name)
 
 
 # ---------------------------------------------------------------------------------------------

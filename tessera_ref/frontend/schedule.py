@@ -129,6 +129,12 @@ class _Schedule:
         ``tile.mma_sync``, which is this function outside a ``@kernel`` body."""
         return matmul(a, b)
 
+    def collective_matmul(self, chunks: int = 4) -> None:
+        """Cut the tensor-parallel ``matmul → reduce_scatter`` and ``all_gather → matmul`` of
+        sharded functions into ``chunks`` pipelined steps (LOWER-CM-1; ``chunks=1`` turns it
+        off). A top-level directive: it applies to sharded functions run or inspected later."""
+        _set(collective_matmul=_positive("collective_matmul", chunks))
+
     def defaults(self) -> dict:
         """The directives this thread set at top level (a copy)."""
         return dict(SCHEDULE_DEFAULTS.get())

@@ -3,14 +3,15 @@
 Graph IR ops run their primitive's ``impl`` (the reference semantics), tile kernels run in the
 tile interpreter with its checkers and counters (:func:`tessera_ref.interp.tile.run`), and
 collectives fold the stacked shards of a simulated mesh in one process
-(:class:`~tessera_ref.interp.communicator.SimulatedCommunicator`).
+(:class:`~tessera_ref.interp.communicator.SimulatedCommunicator`), or of this process's devices
+and the other processes' over MPI when the program runs as several (MESH-MP-4).
 """
 from __future__ import annotations
 
 from ..backends.base import Backend, Launch
 from ..errors import OpError
 from ..backends.registry import register
-from .communicator import SimulatedCommunicator
+from .communicator import mesh_communicator
 from .tile import run as run_tile
 
 __all__ = ["InterpBackend", "INTERP", "run_function", "run_module"]
@@ -29,8 +30,8 @@ class InterpBackend(Backend):
         return run_tile(launch.module, launch.buffers, grid=launch.grid, lanes=launch.lanes, checks=launch.checks,
                         counters=launch.counters, preset=launch.preset, func=launch.kernel, on_error=launch.on_error)
 
-    def communicator(self, mesh) -> SimulatedCommunicator:
-        return SimulatedCommunicator(mesh)
+    def communicator(self, mesh):
+        return mesh_communicator(mesh)
 
 
 INTERP = InterpBackend()

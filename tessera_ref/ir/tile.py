@@ -25,9 +25,10 @@ constant            -> index or scalar                                ``value``
 binary              x, y -> like x (compare, and/or: ``tensor<i1>``)  ``fn``
 unary               x -> like x                                       ``fn``
 reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
-cast                x -> index or scalar                              -
+cast                x (, element index) -> index or scalar            ``seed`` (stochastic rounding)
 select              mask, a, b -> like a                              -
 shfl_xor            x (a lane value) -> like x                        ``offset``
+uniform             element index -> f32 or f64                       ``seed``, ``stream``
 load                buffer, index per dim -> scalar                   -
 store               buffer, index per dim, value                      -
 alloc               -> shared buffer                                  ``swizzle``, ``pad``
@@ -58,7 +59,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..numerics import get_format
+from ..numerics import Policy, get_format
 from .builtin import func_op, return_op
 from .core import Block, Module, Operation, Region, Value
 from .errors import IRError
@@ -68,12 +69,15 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout"]
+           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
 MASK_T = TensorType((), BOOL)
 
+#: The rounding modes of a ``cast`` into a float policy (TILE-NUM-3); a stochastic cast also
+#: takes the element's index and a ``seed``.
+CAST_ROUNDING = ("rne", "rtz", "rup", "rdown", "stochastic")
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_FNS = ("and", "or")
 BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS
@@ -317,6 +321,32 @@ def _verify_mma(op):
     _verify_layout(op, c)
 
 
+def _verify_cast(op):
+    t = op.results[0].type if len(op.results) == 1 else None
+    if isinstance(t, ScalarType) and t.policy.rounding == "stochastic":
+        _n_operands(2)(op)
+        if not isinstance(op.operands[1].type, IndexType):
+            raise op.emit_error(f"a stochastic cast takes the element's index (index) second, got {op.operands[1].type}")
+        _attr(op, "seed", int)
+        if not 0 <= op.attributes["seed"] < 2 ** 64:
+            raise op.emit_error(f"attribute 'seed' must lie in [0, 2**64), is {op.attributes['seed']}")
+    else:
+        _n_operands(1)(op)
+
+
+def _verify_uniform(op):
+    _n_operands(1)(op)
+    if not isinstance(op.operands[0].type, IndexType):
+        raise op.emit_error(f"takes an element index (index), got {op.operands[0].type}")
+    t = op.results[0].type if len(op.results) == 1 else None
+    if not (isinstance(t, ScalarType) and t.format.name in ("f32", "f64")):
+        raise op.emit_error(f"draws f32 or f64 values (NUM-RNG-5), its result is {t}")
+    for name in ("seed", "stream"):
+        _attr(op, name, int)
+        if not 0 <= op.attributes[name] < 2 ** 64:
+            raise op.emit_error(f"attribute '{name}' must lie in [0, 2**64), is {op.attributes[name]}")
+
+
 def _verify_for(op):
     if len(op.operands) < 3 or len(op.regions) != 1:
         raise op.emit_error("needs lb, ub, step (and the initial carried values) and one region")
@@ -356,8 +386,8 @@ _OPS = {
     "num_lanes": (_n_operands(0), False), "tile_id": (_verify_axis, False),
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
-    "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_n_operands(1), False), "select": (_n_operands(3), False),
-    "shfl_xor": (_verify_shfl, True),
+    "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_verify_cast, False), "select": (_n_operands(3), False),
+    "shfl_xor": (_verify_shfl, True), "uniform": (_verify_uniform, False),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
     "cp_async": (_verify_copy, True), "cp_async_commit": (_n_operands(0), True),
@@ -376,9 +406,13 @@ close_dialect(DIALECT)
 # building
 
 def _scalar_type(fmt):
+    """``index``, or the scalar type of a format (its default policy) or of a policy (its
+    rounding and overflow are what a ``cast`` into it uses)."""
     if fmt == "index":
         return INDEX_T
-    return ScalarType(get_format(fmt))
+    if isinstance(fmt, ScalarType):
+        return fmt
+    return ScalarType(fmt if isinstance(fmt, Policy) else get_format(fmt))
 
 
 def _layout_attr(layout) -> dict:
@@ -491,8 +525,13 @@ class KernelBuilder:
         return self._one("reduce", (x,), TensorType(tuple(shape), x.type.policy),
                          {"fn": fn, "axis": int(axis), "accum": accum})
 
-    def cast(self, x: Value, fmt) -> Value:
-        return self._one("cast", (x,), _scalar_type(fmt))
+    def cast(self, x: Value, fmt, *, index: Value | None = None, seed: int | None = None) -> Value:
+        """``x`` converted into ``fmt`` (a format name, policy or ``"index"``) by TILE-NUM-3:
+        GRAPH-CAST-1's rules, with the policy's rounding and overflow; a stochastic policy
+        takes the element's row-major ``index`` and the ``seed`` of its random bits."""
+        if index is None:
+            return self._one("cast", (x,), _scalar_type(fmt))
+        return self._one("cast", (x, index), _scalar_type(fmt), {"seed": int(seed)})
 
     def select(self, mask: Value, a: Value, b: Value) -> Value:
         return self._one("select", (mask, a, b), a.type)
@@ -501,6 +540,11 @@ class KernelBuilder:
         """Lane ``l`` gets ``x`` of lane ``l xor offset`` of its warp (TILE-WARP-1); every
         lane of the warp must execute it."""
         return self._one("shfl_xor", (x,), x.type, {"offset": int(offset)})
+
+    def uniform(self, index: Value, fmt: str, *, seed: int, stream: int = 0) -> Value:
+        """NUM-RNG-5's uniform in ``[0, 1)`` (``fmt`` f32 or f64) of element ``index`` under
+        ``RNGKey(seed, stream)`` (TILE-RNG-1)."""
+        return self._one("uniform", (index,), _scalar_type(fmt), {"seed": int(seed), "stream": int(stream)})
 
     # memory
     def load(self, buf: Value, index) -> Value:

@@ -1,5 +1,5 @@
 """The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs``, vectorized.
+``minimum`` ``neg`` ``abs`` and ``cast``, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
@@ -15,10 +15,18 @@ combined by one IEEE operation, rounded once into storage and stored: the Graph 
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
-accum rounded once into storage — the value the unfused kernel would have stored — and
+accum rounded once into storage (with its policy's rounding — ``rne`` ``rtz`` ``rup``
+``rdown`` ``stochastic`` — and overflow) — the value the unfused kernel would have stored — and
 converted back into accum (exactly) for the ops that use it, in registers; the results the
 program uses after the chain are stored. So the bits are the unfused kernels' (no
 contraction, no skipped rounding), and the HBM traffic of the intermediates is gone.
+
+A ``cast`` between the tile formats (f64 f32 f16 bf16 fp8_e4m3 fp8_e5m2; LOWER-CAST-1) is one
+tile ``cast`` of the loaded source value into the target policy — GRAPH-CAST-1's one
+conversion with its rounding (``rne`` ``rtz`` ``rup`` ``rdown``, or ``stochastic`` with the
+op's ``seed`` and the element's flat index, the graph's key and index) and overflow, no
+accum step — alone or in a chain. Casts to or from ``i1``/``index`` are not lowered (a
+LoweringError: the op runs in the Graph IR interpreter).
 
 Cost (LOWER-COST-1): no shared memory; HBM every operand element read (one per result
 element, the kernel's operands) and every result element written, each in its format; a
@@ -31,9 +39,10 @@ import math
 from ..errors import LoweringError
 from ..ir import schedule as S
 from ..ir import tile as T
+from ..ir.types import ElementKind
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
-from .plan import KernelPlan, check_nonempty, check_policy
+from .plan import SUPPORTED_STORAGE, KernelPlan, check_nonempty, check_policy
 
 __all__ = ["FAMILY", "lower_elementwise"]
 
@@ -42,8 +51,9 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 
 
 def _formats(op) -> tuple:
-    """``(storage, accum)`` of an elementwise op: a LoweringError unless the tile lowering
-    takes it (operands of the result's shape or 0-d, one plain policy)."""
+    """``(storage, accum)`` of an elementwise op (``(target policy, None)`` of a cast): a
+    LoweringError unless the tile lowering takes it (operands of the result's shape or 0-d,
+    one plain policy; a cast by :func:`_cast_target`)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
     if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
@@ -52,7 +62,20 @@ def _formats(op) -> tuple:
                             f"{', '.join(str(v.type) for v in op.operands)}",
                             location=op.location, fix="broadcast_to the operands first")
     check_nonempty(op)
-    return check_policy(op)
+    if short == "cast":
+        return _cast_target(op), None
+    return check_policy(op, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+
+
+def _cast_target(op):
+    """The target policy of a cast the tile lowering takes (LOWER-CAST-1), else a LoweringError."""
+    src, dst = op.operands[0].type, op.results[0].type
+    kinds = [t for t in (src, dst) if isinstance(t.policy, ElementKind) or t.policy.storage.name not in SUPPORTED_STORAGE]
+    if kinds:
+        raise LoweringError(f"cast {src} -> {dst}: the tile lowering casts between "
+                            f"{'/'.join(SUPPORTED_STORAGE)} values, not {kinds[0]}", location=op.location,
+                            fix="run this cast in the Graph IR interpreter")
+    return dst.policy
 
 
 def _storage(v) -> str:
@@ -87,9 +110,15 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
         for op, (storage, accum) in zip(ops, formats):
             kb.at(op.location)
             short = op.name.rsplit(".", 1)[-1]
+            policy = op.results[0].type.policy  # rounded once with its rounding and overflow, as if stored
+            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
+            if accum is None:  # a cast: one conversion of the stored source into the target policy
+                stored[op.results[0]] = kb.cast(stored[op.operands[0]], policy, **keyed)
+                continue
             vals = [value(x, accum) for x in op.operands]
             r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
-            stored[op.results[0]] = r if storage == accum else kb.cast(r, storage)  # rounded once, as if stored
+            as_is = storage == accum and policy.overflow == "native"  # the accum value is the stored one
+            stored[op.results[0]] = r if as_is else kb.cast(r, policy, **keyed)
         kb.at(kop.location)
         for y, x in zip(ys, outputs):
             kb.store(y, [idx], stored[x])
@@ -121,4 +150,4 @@ FAMILY = KernelFamily(
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
     scope="operands of the result's shape or 0-d", fuses=True)
-register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY)])
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])

@@ -24,6 +24,7 @@ from ..errors import LoweringError
 from ..ir import Block, Module, Operation
 from ..ir import schedule as S
 from ..ir.builtin import FUNC, func_op
+from .collective_matmul import apply_directive
 from .family import describe_families, family_of
 
 __all__ = ["fit_schedule", "graph_to_schedule"]
@@ -120,11 +121,13 @@ def graph_to_schedule(program, directives: dict | None = None, *, per_op: dict |
 
     ``directives`` apply to every kernel (each family takes the ones it uses); ``per_op``
     maps an op's position in the function body (0-based) to directives for that op only.
+    A ``collective_matmul`` directive first rewrites sharded functions (LOWER-CM-1).
     """
     funcs = [program] if isinstance(program, Operation) and program.name == FUNC else \
         [op for op in program.body if op.name == FUNC]
     module = Module()
     for func in funcs:
+        func = apply_directive(func, directives)
         sig = func.attributes["function_type"]
         new = func_op(func.attributes["sym_name"], sig.inputs, sig.results, location=func.location)
         mapping = dict(zip(func.regions[0].entry.args, new.regions[0].entry.args))

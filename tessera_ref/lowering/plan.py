@@ -42,10 +42,11 @@ def the_op(kop: Operation) -> Operation:
     return ops[0]
 
 
-def check_policy(op: Operation, *types) -> tuple:
+def check_policy(op: Operation, *types, rounding: tuple = ("rne",), overflow: tuple = ("native",)) -> tuple:
     """``(storage, accum)`` format names of ``op``'s policy; a LoweringError unless every
-    tensor has the same plain policy (round to nearest even, canonical reduction, no scaling)
-    with a storage the tile interpreter runs."""
+    tensor has the same plain policy (round to nearest even — or one of ``rounding`` —,
+    native overflow — or one of ``overflow`` —, canonical reduction, no scaling) with a
+    storage the tile interpreter runs."""
     types = types or tuple(v.type for v in op.operands) + tuple(r.type for r in op.results)
     policy = types[0].policy
     short = op.name.rsplit(".", 1)[-1]
@@ -54,12 +55,14 @@ def check_policy(op: Operation, *types) -> tuple:
             raise LoweringError(f"{short}: operands of different policies ({', '.join(map(str, types))})",
                                 location=op.location, fix="cast the operands to one policy first")
     storage, accum = policy.storage.name, policy.accum.name
-    if storage not in SUPPORTED_STORAGE or accum not in ("f32", "f64") or policy.rounding != "rne" \
+    if storage not in SUPPORTED_STORAGE or accum not in ("f32", "f64") or policy.rounding not in rounding \
             or policy.reduction != "canonical" or policy.scaling != "none" \
-            or policy.overflow != "native":
+            or policy.overflow not in overflow:
+        modes = "rounding to nearest even" if rounding == ("rne",) else f"rounding {'/'.join(rounding)}"
+        over = "native overflow" if overflow == ("native",) else f"{'/'.join(overflow)} overflow"
         raise LoweringError(f"{short}: the tile lowering handles {'/'.join(SUPPORTED_STORAGE)} storage with f32 or "
-                            f"f64 accumulation, rounding to nearest even, the canonical reduction, no "
-                            f"scaling and native overflow; got {types[0]}", location=op.location,
+                            f"f64 accumulation, {modes}, the canonical reduction, no "
+                            f"scaling and {over}; got {types[0]}", location=op.location,
                             fix="run this op in the Graph IR interpreter, or change its policy")
     return storage, accum
 

@@ -124,7 +124,6 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, lda, b, b_off, K, fused):
         suffix = f"v{width}f{dt.bitwidth}"
         fma = builder.module.declare_intrinsic(f"llvm.fma.{suffix}", (),
                                                ir.FunctionType(vty, [vty] * 3))
-        pre = builder.block
         fn = builder.function
         fused_block = fn.append_basic_block("tile.fma")
         plain_block = fn.append_basic_block("tile.mul_add")
@@ -155,7 +154,7 @@ def _micro_tile(typingctx, c, c_off, ldc, a, a_off, lda, b, b_off, K, fused):
 def _pack(B, Bp):
     """Fill the packed panels ``Bp`` of ``B`` (zero-initialised: the padding stays zero)."""
     nb, K, N = B.shape
-    nt, nr = Bp.shape[1], Bp.shape[3]
+    nr = Bp.shape[3]
     full = N // nr
     for b in range(nb):
         for k in range(K):

@@ -99,7 +99,8 @@ def collective_cost(kind: str, group, nbytes: int, preset, algorithm: str | None
 
     The tier is NVLink or the network by :func:`tier_of`. ``algorithm=None`` picks the
     algorithm of :data:`ALGORITHMS` with the least time (``nvls`` only inside one NVLink
-    domain), ties going to the one listed first; a named algorithm is used as asked.
+    domain whose switches reduce), ties going to the one listed first; a named algorithm is
+    used as asked.
     """
     preset = get_preset(preset)
     _check_kind(kind, algorithm)
@@ -110,11 +111,12 @@ def collective_cost(kind: str, group, nbytes: int, preset, algorithm: str | None
     tier = tier_of(group, preset)
     link = preset.network if tier == "network" else preset.nvlink
     candidates = ALGORITHMS[kind] if algorithm is None else (algorithm,)
-    if tier == "network":
+    if tier == "network" or not preset.in_switch_reduction:
         if algorithm == "nvls":
-            raise SimError(f"{kind} with algorithm 'nvls' needs every rank in one NVLink domain, but the group "
-                           f"{group} spans domains of {preset.devices_per_domain} devices",
-                           fix="use 'ring' or 'tree', or leave algorithm out")
+            why = (f"the group {group} spans domains of {preset.devices_per_domain} devices" if tier == "network"
+                   else f"the {preset.name}'s NVLink switches do not reduce (no NVLink SHARP)")
+            raise SimError(f"{kind} with algorithm 'nvls' needs every rank in one NVLink domain whose switches "
+                           f"reduce, but {why}", fix="use 'ring' or 'tree', or leave algorithm out")
         candidates = tuple(a for a in candidates if a != "nvls")
     costs = [(alpha_beta(kind, a, len(group), nbytes, link.latency, link.bandwidth), a) for a in candidates]
     (time, sent), best = min(costs, key=lambda c: c[0][0])  # min keeps the first of equal times

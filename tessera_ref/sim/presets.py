@@ -54,7 +54,8 @@ class Preset:
     it has no rate for. ``estimates`` names the fields that are estimates, not datasheet
     numbers. ``efficiency`` holds ``(op class, fraction of peak FLOP/s, fraction of HBM
     bandwidth)`` triples (SIM-HW-5; classes in :data:`~tessera_ref.sim.roofline.OP_CLASSES`);
-    empty, every op runs at the full peaks.
+    empty, every op runs at the full peaks. ``in_switch_reduction``: the NVLink switches reduce
+    (NVLink SHARP, the ``nvls`` algorithm; NVSwitch 3 and later, not the A100's NVSwitch 2).
     """
 
     name: str
@@ -74,6 +75,7 @@ class Preset:
     source: str
     estimates: tuple = ()
     efficiency: tuple = ()
+    in_switch_reduction: bool = True
 
     def fractions(self, op_class: str) -> tuple:
         """``(compute, memory)``: the fractions of peak FLOP/s and HBM bandwidth ops of
@@ -146,7 +148,7 @@ PRESETS: dict = {
         peak_flops=(("f64", 19.5e12), ("f32", 19.5e12), ("tf32", 156e12), ("bf16", 312e12),
                     ("f16", 312e12), ("int8", 624e12)),
         l2_bytes=40 * MiB, smem_per_sm=164 * KiB, smem_per_block=163 * KiB, registers_per_sm=_REGS_PER_SM,
-        nvlink=_NVLINK3, devices_per_domain=8, network=_HDR,
+        nvlink=_NVLINK3, devices_per_domain=8, network=_HDR, in_switch_reduction=False,
         source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB) and architecture whitepaper; DGX A100 datasheet",
         estimates=("nvlink.latency", "network.latency", "efficiency"),
         efficiency=(("tensor_core", 0.8, 0.9), ("other", 1.0, 0.9)),

@@ -7,12 +7,14 @@ import tessera_ref as t
 from tessera_ref import backends, op
 from tessera_ref.backends.cuda import toolchain
 from tessera_ref.lowering import lower
+from tessera_ref.numerics import Policy
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
     reason=f"needs the CUDA compile-only wheels (NVRTC, runtime headers, cuobjdump): {toolchain.INSTALL_FIX}")
 
 F32 = np.ones((64, 64), np.float32)
+F64 = np.ones((64, 64), np.float64)
 BF16 = np.ones((64, 64), ml_dtypes.bfloat16)
 E4M3 = np.ones((64, 64), ml_dtypes.float8_e4m3fn)
 E5M2 = np.ones((8, 64), ml_dtypes.float8_e5m2)
@@ -38,6 +40,20 @@ LIBRARY = {
     "elementwise_f32": (lambda a, b: op.maximum(a, b) * 2.0 - a, (F32, F32), dict(vectorize=4)),
     "elementwise_bf16": (lambda a, b: a * b + a, (BF16, BF16), {}),
     "elementwise_e4m3": (lambda a, b: a + b, (E4M3, E4M3), {}),
+    "cast_f32_bf16": (lambda x: op.cast(x, "bf16"), (F32,), dict(vectorize=4)),
+    "cast_f32_e4m3_rtz_saturate": (lambda x: op.cast(x, "fp8_e4m3", rounding="rtz", overflow="saturate"), (F32,), {}),
+    "cast_f64_f32_rup": (lambda x: op.cast(x, "f32", rounding="rup"), (F64,), {}),
+    "cast_bf16_f32": (lambda x: op.cast(x, "f32"), (BF16,), {}),
+    "cast_e4m3_f16": (lambda x: op.cast(x, "f16"), (E4M3,), {}),
+    "cast_e5m2_e4m3_rdown": (lambda x: op.cast(x, "fp8_e4m3", rounding="rdown"), (E5M2,), {}),
+    "cast_bf16_e4m3_stochastic": (lambda x: op.cast(x, "fp8_e4m3", rounding="stochastic", seed=5), (BF16,), {}),
+    "add_bf16_stochastic": (lambda a, b: op.add(a, b, seed=6), (t.asarray(BF16, policy=Policy("bf16", rounding="stochastic")),) * 2, {}),
+    "cast_fused": (lambda x, s: op.cast(op.cast(x, "f32") * s, "fp8_e5m2", overflow="saturate"), (BF16, F32), {}),
+    "rand_f32": (lambda x: op.rand((64, 64), seed=7, stream=1) + x, (F32,), {}),
+    "rand_f64": (lambda: op.rand((64, 64), seed=7, dtype="f64"), (), {}),
+    "rand_bf16_rtz": (lambda: op.rand((64, 64), seed=7, dtype=Policy("bf16", rounding="rtz")), (), {}),
+    "dropout_f32": (lambda x: op.dropout(x, 0.1, seed=3), (F32,), {}),
+    "dropout_bf16": (lambda x: op.dropout(x, 0.5, seed=3), (BF16,), dict(vectorize=4)),
     "attention": (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), (F32, F32, F32), dict(stages=1)),
     "attention_causal": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32), (F32, F32, F32),
                          dict(stages=3, padding=1)),

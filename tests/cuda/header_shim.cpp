@@ -44,3 +44,43 @@ extern "C" int tsr_cvt_codes(const char* fmt, const double* x, unsigned long lon
   for (long i = 0; i < n; ++i) out[i] = enc(x[i]);
   return 0;
 }
+// NUM-CVT with every rounding (0 rne, 1 rtz, 2 rup, 3 rdown, 4 stochastic with rbits[i]) and
+// overflow (0 native, 1 saturate) mode, from exact doubles, into the codes of a format
+extern "C" int tsr_cvt_codes_mode(const char* fmt, int rounding, int overflow, const double* x, const unsigned* rbits,
+                                  unsigned long long* out, long n) {
+  tsr_u64 (*code)(double, int, int, unsigned) =
+      !std::strcmp(fmt, "f32") ? tsr_fmt<float>::code : !std::strcmp(fmt, "f16") ? tsr_fmt<tsr_f16_tag>::code
+      : !std::strcmp(fmt, "bf16") ? tsr_fmt<tsr_bf16_tag>::code : !std::strcmp(fmt, "fp8_e4m3") ? tsr_fmt<tsr_e4m3_tag>::code
+      : !std::strcmp(fmt, "fp8_e5m2") ? tsr_fmt<tsr_e5m2_tag>::code : nullptr;
+  if (!std::strcmp(fmt, "f64")) {
+    for (long i = 0; i < n; ++i) out[i] = tsr_cvt_bits_f64(x[i], overflow);
+    return 0;
+  }
+  if (!code) return -1;
+  for (long i = 0; i < n; ++i) out[i] = code(x[i], rounding, overflow, rbits ? rbits[i] : 0u);
+  return 0;
+}
+// f32 sources through the typed entry points: tsr_cvt<float> (rne, rtz + saturate), tsr_cvt<double>,
+// tsr_widen<double>, tsr_widen<float> (NaN by its code, with its sign)
+extern "C" void tsr_cvt_from_f32(const float* x, float* rne, float* rtz_sat, double* to_f64, double* widened,
+                                 float* same, long n) {
+  for (long i = 0; i < n; ++i) {
+    rne[i] = tsr_cvt<float>(x[i]);
+    rtz_sat[i] = tsr_cvt<float, TSR_RTZ, TSR_SATURATE>(x[i]);
+    to_f64[i] = tsr_cvt<double>(x[i]);
+    widened[i] = tsr_widen<double>(x[i]);
+    same[i] = tsr_widen<float>(x[i]);
+  }
+}
+// NUM-RNG: Philox4x32-10 blocks (ctr: n x 4 words, key: n x 2 words) and the per-element draws
+extern "C" void tsr_philox_blocks(const unsigned* ctr, const unsigned* key, unsigned* out, long n) {
+  for (long i = 0; i < n; ++i) tsr_philox4x32_10(ctr + 4 * i, key + 2 * i, out + 4 * i);
+}
+extern "C" void tsr_draws(const unsigned long long* index, unsigned k0, unsigned k1, unsigned* bits, float* u32,
+                          double* u64, long n) {
+  for (long i = 0; i < n; ++i) {
+    bits[i] = tsr_random_bits(index[i], k0, k1);
+    u32[i] = tsr_uniform_f32(index[i], k0, k1);
+    u64[i] = tsr_uniform_f64(index[i], k0, k1);
+  }
+}

@@ -76,7 +76,7 @@ def test_the_sgemm_variants_stay_in_registers(name, fn, args, arch):
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("fmt, dtype", [("bf16", BF16), ("f16", np.float16)])
 def test_a_tensor_core_matmul_is_mma_sync_hmma(fmt, dtype, arch):
-    pol = t.Policy(fmt, accum="tc:sm80")
+    pol = t.Policy(fmt, accum=f"tc:{arch.replace('_', '')}")  # each model on its own architecture (CUDA-TC-1)
     a, b = (t.asarray(_ones(s, dtype), policy=pol) for s in ((256, 64), (64, 256)))
     k = _kernel(lambda p, q: op.matmul(p, q), (a, b), arch, dict(tile=(128, 128, 32), lanes=256))
     assert k.spill_stores == k.spill_loads == k.stack_bytes == 0 and _local_memory(k) == 0, k

@@ -13,7 +13,7 @@ from tessera_ref.ops import PRIMITIVES
 
 
 def test_every_family_is_complete():
-    assert list(FAMILIES) == ["matmul", "rows", "elementwise", "attention"]
+    assert list(FAMILIES) == ["matmul", "rows", "elementwise", "attention", "random"]
     for family in FAMILIES.values():
         assert set(family.defaults) == set(S.SCHEDULE_ATTRS) - {"op"}, family
         assert set(family.uses) <= set(family.defaults), family

@@ -66,7 +66,8 @@ def test_kernel_family_slots_hold_the_registered_family_objects():
 
     lowered = {name: p.kernel_family for name, p in PRIMITIVES.items() if p.kernel_family is not None}
     assert set(lowered) == {"matmul", "flash_attention", "softmax", "layernorm_safe", "rmsnorm_safe", "sum", "mean",
-                            "max", "min", "add", "sub", "mul", "div", "neg", "abs", "maximum", "minimum"}
+                            "max", "min", "add", "sub", "mul", "div", "neg", "abs", "maximum", "minimum", "cast",
+                            "rand", "dropout"}
     for name, family in lowered.items():
         assert isinstance(family, KernelFamily) and FAMILIES[family.name] is family and name in family.ops()
     assert sorted(n for f in FAMILIES.values() for n in f.ops()) == sorted(lowered)

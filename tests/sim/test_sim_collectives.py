@@ -112,3 +112,13 @@ def test_bad_requests():
         collective_cost("all_reduce", range(16), 1, "H100", algorithm="nvls")
     with pytest.raises(SimError, match="non-negative integer"):
         collective_cost("all_reduce", range(8), -5, "H100")
+
+
+def test_a100_switches_do_not_reduce():
+    # NVSwitch 2 has no NVLink SHARP: 1 GiB over the 8 GPUs of a DGX A100 goes by ring,
+    # 2·7 α + 2·(7/8)·n/β with α 1 µs, β 300 GB/s — not nvls's 2 α + n/β
+    c = collective_cost("all_reduce", range(8), 1 << 30, "A100")
+    assert (c.tier, c.algorithm) == ("nvlink", "ring")
+    assert c.time == pytest.approx(14e-6 + 2 * 7 / 8 * 2**30 / 300e9)
+    with pytest.raises(SimError, match="do not reduce"):
+        collective_cost("all_reduce", range(8), 1 << 30, "A100", algorithm="nvls")

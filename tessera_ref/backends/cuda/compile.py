@@ -23,10 +23,13 @@ from pathlib import Path
 
 from ...errors import BackendError
 from .nvrtc import NvrtcError, compile_program
+from ...numerics import tc
+from .render import tc_arch
 from .report import ARCH_LIMITS, KernelReport, main_loop, parse_ptxas, parse_sass
 from .toolchain import HEADER_DIR, INSTALL_FIX, toolchain, version_tag
 
-__all__ = ["build", "Build", "CompileError", "OPTIONS", "ARCHS", "options_for", "cache_dir"]
+__all__ = ["build", "Build", "CompileError", "TensorCoreArchError", "check_tc_arch", "OPTIONS", "ARCHS", "options_for",
+           "cache_dir"]
 
 #: The options of every compile besides ``-arch`` and the include paths (CUDA-COMPILE-1).
 OPTIONS = ("--fmad=false", "-std=c++17", "--ptxas-options=-v")
@@ -132,11 +135,35 @@ def _compile_error(text: str, log: str, locations: dict[int, str]) -> CompileErr
     return err
 
 
+class TensorCoreArchError(BackendError):
+    """A kernel under a ``tc:`` policy compiled for another architecture than its model's
+    (CUDA-TC-1): its device bits would be that architecture's, not the model's."""
+
+
+def check_tc_arch(source, arch: str) -> None:
+    """A :class:`TensorCoreArchError` when a kernel of ``source`` has a tensor-core model of
+    another architecture than ``arch`` (CUDA-TC-1)."""
+    for kernel, model, location in getattr(source, "tc_models", ()):
+        want = tc_arch(model)
+        if want != arch:
+            other = [m for m in sorted(tc.MODELS) if tc_arch(m) == arch]
+            alt = f"use accum='{other[0]}' for {arch} (its own, different bits), " if other else ""
+            raise TensorCoreArchError(
+                f"kernel {kernel} computes under accum='{model}', the tensor-core model of {want} "
+                f"({tc.model(model).gpu}, {tc.model(model).instruction}); compiled for {arch} its mma.sync would "
+                f"give {arch}'s tensor-core bits, not the model's", location=location,
+                fix=f"compile it for {want}" + (" (not a target of this backend: sm_80, sm_90)" if want not in ARCHS
+                                                 else "") + f", {alt}or drop the tc: policy (@accum(f32): IEEE fmas, "
+                                                            "the same bits everywhere)")
+
+
 def build(source, arch: str = "sm_90") -> Build:
-    """Compile ``source`` for ``arch`` (see the module docstring); cached."""
+    """Compile ``source`` for ``arch`` (see the module docstring); cached. A kernel under a
+    tensor-core model of another architecture is refused first (:func:`check_tc_arch`)."""
     text = getattr(source, "text", source)
     locations = getattr(source, "locations", {})
     options = options_for(arch)
+    check_tc_arch(source, arch)
     entry = cache_dir() / _key(text, options)
     b = _load(entry, arch)
     if b is None:

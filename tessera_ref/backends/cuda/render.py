@@ -35,11 +35,13 @@ emitter allows only when nothing between the load and the use writes memory or w
 Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
 ``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
 (cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
-narrower format is exact and is a C cast; every other conversion (a ``cast``, or a store of
-a value into a buffer of another format) calls the device header's ``tsr_cvt<T>(x)``, which
-must implement NUM-CVT: round to nearest even, native overflow (f16/bf16/e5m2 ±inf, e4m3
-the NaN of the sign) and NaN kept with its sign as the format's canonical quiet NaN (see
-``HEADER`` for how CUDA's own conversions differ).
+narrower format is exact: a C cast where the value feeds arithmetic (mma operands), the
+header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a ``cast``
+op or a store; every other conversion calls the device header's ``tsr_cvt<T>(x)``, or
+``tsr_cvt<T, R, O>(x)`` for a ``cast`` into a policy with another rounding or overflow
+(CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CUDA's own conversions differ).
+Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_*`` and the kernel is guarded
+to its model's architecture (CUDA-TC-1).
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
@@ -61,13 +63,14 @@ from ...ir import tile as T
 from ...ir.builtin import RETURN
 from ...ir.fragment import layout_of, mma_sync
 from ...ir.types import IndexType, ScalarType, TensorType
+from ...numerics.rng import RNGKey
 from ...numerics.tc import PREFIX as TC_PREFIX
 from .owned import Owned
 from .report import ARCH_LIMITS
 
 _REGISTER_FILE = min(lim.registers_per_sm for lim in ARCH_LIMITS.values())  # 32-bit registers per SM
 
-__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem"]
+__all__ = ["emit_cuda", "HEADER", "RULES", "NO_RULE", "SMEM_LIMIT", "SMEM_STATIC_LIMIT", "dynamic_smem", "tc_arch"]
 
 HEADER = """\
 // Tessera target text: CUDA C for sm_80 / sm_90 generated from Tile IR.
@@ -125,18 +128,35 @@ def _ctype(t, location=None) -> str:
     return _c(_format(t), t, location)
 
 
-def _convert(expr: str, src, dst, location=None) -> str:
+#: the device header's names of the rounding and overflow modes of ``tsr_cvt<T, R, O>``
+_ROUNDING = {"rne": "TSR_RNE", "rtz": "TSR_RTZ", "rup": "TSR_RUP", "rdown": "TSR_RDOWN"}
+_OVERFLOW = {"native": "TSR_NATIVE", "saturate": "TSR_SATURATE"}
+
+
+def _convert(expr: str, src, dst, location=None, policy=None) -> str:
     """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
-    docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``)."""
-    if src == dst or src is None or dst is None:
+    docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``).
+    With ``policy`` (a ``cast`` op's target, or a store) the conversion is GRAPH-CAST-1's:
+    an exact widening is ``tsr_widen`` (a NaN becomes the canonical quiet NaN of its sign),
+    a conversion into the source's own format canonicalizes NaN too, and ``tsr_cvt`` takes
+    the policy's rounding and overflow."""
+    if src is None or dst is None or src == dst and policy is None:
         return expr
     ctype = _c(dst, f"a conversion from {src}", location)
-    if dst == "f64" or dst == "f32" and src != "f64":
-        return f"({ctype})({expr})"
-    return f"tsr_cvt<{ctype}>({expr})"
+    if src != dst and (dst == "f64" or dst == "f32" and src != "f64"):
+        return f"tsr_widen<{ctype}>({expr})" if policy is not None else f"({ctype})({expr})"
+    modes = ""
+    if policy is not None and (policy.rounding, policy.overflow) != ("rne", "native"):
+        modes = f", {_ROUNDING[policy.rounding]}, {_OVERFLOW[policy.overflow]}"
+    return f"tsr_cvt<{ctype}{modes}>({expr})"
 
 
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
+
+
+def tc_arch(model: str) -> str:
+    """The architecture a tensor-core model describes: ``"tc:sm80"`` -> ``"sm_80"`` (CUDA-TC-1)."""
+    return "sm_" + model[len(TC_PREFIX) + 2:]
 
 
 def _index_type(func) -> str:
@@ -209,6 +229,7 @@ class _Emitter:
         self.sizes = dict(func.attributes.get("tile.sizes", {}))
         self.layouts = {}  # fragment value -> its Owned (absent: cyclic)
         self.idx = _index_type(func)
+        self.tc_models = {}  # tensor-core model (accum "tc:…") of the kernel's mma ops -> the first one's location
         self.smem_offsets, self.smem_bytes = T.shared_layout(func)
 
     def name(self, value) -> str:
@@ -276,9 +297,19 @@ class _Emitter:
                            if self.smem_bytes > SMEM_STATIC_LIMIT else "")
             launch += f"// dynamic shared memory: {self.smem_bytes} B{raise_limit}\n"
             self.emit("extern __shared__ __align__(16) unsigned char tsr_smem[];  // every alloc is carved out of it")
-        head = f'{launch}extern "C" __global__ void {self.launch_bounds()}{attrs["sym_name"]}({", ".join(params)}) {{'
+        head = f'extern "C" __global__ void {self.launch_bounds()}{attrs["sym_name"]}({", ".join(params)}) {{'
         self.block(self.func.regions[0].entry)
-        return "\n".join([head] + self.lines + ["}"])
+        return "\n".join([launch + self.arch_guard() + head] + self.lines + ["}"])
+
+    def arch_guard(self) -> str:
+        """For a kernel with tensor-core mma ops, a preprocessor check that it is compiled for
+        the architecture its model describes (CUDA-TC-1); ``build`` refuses the mismatch first."""
+        out = ""
+        for model in sorted(self.tc_models):
+            arch = tc_arch(model)
+            out += (f"#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != {arch[3:]}0\n#error \"accum='{model}' is "
+                    f"{arch}'s tensor-core model: compile this kernel for {arch} (CUDA-TC-1)\"\n#endif\n")
+        return out
 
     def launch_bounds(self) -> str:
         """``__launch_bounds__(lanes, blocks)`` for a kernel whose lowering sized its tile for a
@@ -377,12 +408,26 @@ class _Emitter:
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
-        x = self.arg(op.operands[0])
-        cast = _convert(x, src, dst, op.location) if src and dst else f"({self.ctype(op.results[0].type)})({x})"
-        self.value(op, cast)
+        x, t = self.arg(op.operands[0]), op.results[0].type
+        if not (src and dst):
+            self.value(op, f"({self.ctype(t)})({x})")
+            return
+        if t.policy.rounding == "stochastic":  # NUM-CVT-5 with NUM-RNG-4's bits of RNGKey(seed) at the index
+            k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"]).words)
+            bits = f"tsr_random_bits((tsr_u64)({self.arg(op.operands[1])}), {k0:#010x}u, {k1:#010x}u)"
+            self.value(op, f"tsr_cvt_sr<{self.ctype(t)}, {_OVERFLOW[t.policy.overflow]}>({x}, {bits})")
+            return
+        self.value(op, _convert(x, src, dst, op.location, t.policy))
 
     def op_shfl_xor(self, op):
         self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
+
+    def op_uniform(self, op):
+        """TILE-RNG-1: the device header's NUM-RNG-5 draw under the key words of
+        ``RNGKey(seed, stream)`` (computed here, once)."""
+        k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"], op.attributes["stream"]).words)
+        fmt = _format(op.results[0].type)
+        self.value(op, f"tsr_uniform_{fmt}((tsr_u64)({self.arg(op.operands[0])}), {k0:#010x}u, {k1:#010x}u)")
 
     def op_select(self, op):
         m, a, b = (self.arg(v) for v in op.operands)
@@ -396,7 +441,8 @@ class _Emitter:
     def op_store(self, op):
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
-        stored = _convert(self.arg(value), _format(value.type), _format(op.operands[0].type), op.location)
+        src, dst = _format(value.type), _format(op.operands[0].type)
+        stored = _convert(self.arg(value), src, dst, op.location, op.operands[0].type.policy if src != dst else None)
         self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):
@@ -732,7 +778,8 @@ class _Emitter:
         self.emit(f"const int {g} = (threadIdx.x / 4) % 8, {t} = threadIdx.x % 4;  // mma.sync: g = lane >> 2, t = lane & 3")
         self.emit(f"const int {r0} = (threadIdx.x / {32 * WN}) * {16 * RM} + {g}, "
                   f"{c0} = ((threadIdx.x / 32) % {WN}) * {8 * RN} + {g};  // this warp's A row and B column")
-        shape = "m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        shape = "mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        self.tc_models.setdefault(op.attributes["accum"], op.location)
         half = "unsigned short"
         self.emit("#pragma unroll")
         self.emit(f"for (int kk = 0; kk < {K}; kk += 16) {{  // NUM-TC-5: instructions over k ascending")
@@ -751,10 +798,7 @@ class _Emitter:
         for rm in range(RM):
             for rn in range(RN):
                 v = 4 * (rn + RN * rm)
-                outs = ", ".join(f'"+f"({name}[{v + i}])' for i in range(4))
-                ins = ", ".join([f'"r"(fa[{rm}][{i}])' for i in range(4)] + [f'"r"(fb[{rn}][{i}])' for i in range(2)])
-                self.emit(f'asm volatile("mma.sync.aligned.{shape} {{%0, %1, %2, %3}}, {{%4, %5, %6, %7}}, '
-                          f'{{%8, %9}}, {{%0, %1, %2, %3}};\\n" : {outs} : {ins});')
+                self.emit(f"tsr_mma_m16n8k16_{fmt}(&{name}[{v}], fa[{rm}], fb[{rn}], &{name}[{v}]);  // {shape}")
         self.indent -= 1
         self.emit("}")
 
@@ -887,6 +931,7 @@ RULES = {T._name(short): rule for short, rule in {
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
     "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
+    "uniform": _Emitter.op_uniform,
     "load": _Emitter.op_load, "store": _Emitter.op_store,
     "alloc": _Emitter.op_alloc, "subview": _Emitter.op_subview, "cp_async": _Emitter.op_cp_async,
     "cp_async_commit": _Emitter.op_cp_async_commit, "cp_async_wait": _Emitter.op_cp_async_wait,

@@ -17,9 +17,12 @@ __all__ = ["Source", "render"]
 
 @dataclass(frozen=True)
 class Source:
-    """CUDA C ``text`` and ``locations``: line number -> Tile IR op location."""
+    """CUDA C ``text`` and ``locations``: line number -> Tile IR op location; ``tc_models``:
+    ``(kernel, tensor-core model, location of its mma)`` for each kernel with a ``tc:``
+    policy, which :func:`~.compile.build` compiles only for the model's architecture (CUDA-TC-1)."""
     text: str
     locations: dict = field(default_factory=dict)
+    tc_models: tuple = ()
 
 
 class _Located(R._Emitter):
@@ -37,7 +40,7 @@ def render(module: Module) -> Source:
     kernels = [op for op in module.body if T.is_kernel(op)]
     if not kernels:
         return Source(R.emit_cuda(module))  # raises the renderer's error
-    chunks, locations = [], {}
+    chunks, locations, tc_models = [], {}, []
     line = R.HEADER.count("\n") + 2  # the kernels start after the header and one newline
     for k in kernels:
         e = _Located(k)
@@ -47,5 +50,6 @@ def render(module: Module) -> Source:
             if where is not None:
                 locations[first + j] = str(where)
         chunks.append(body)
+        tc_models += [(k.attributes["sym_name"], m, where) for m, where in sorted(e.tc_models.items())]
         line += body.count("\n") + 2  # "\n\n" between kernels
-    return Source(R.HEADER + "\n" + "\n\n".join(chunks) + "\n", locations)
+    return Source(R.HEADER + "\n" + "\n\n".join(chunks) + "\n", locations, tuple(tc_models))

@@ -13,8 +13,12 @@
 // API (other sections may be appended at the end of this file):
 //   TSR_INFF, TSR_INF                  +inf as float / double (bit patterns: NVRTC has no math.h)
 //   tsr_cvt<T>(x)                      NUM-CVT conversion of a float/double (or __half,
-//                                      __nv_bfloat16, fp8) into T in {float, __half,
-//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2}
+//                                      __nv_bfloat16, fp8) into T in {double, float, __half,
+//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2};
+//   tsr_cvt<T, R, O>(x)                with rounding R (TSR_RNE TSR_RTZ TSR_RUP TSR_RDOWN) and
+//                                      overflow O (TSR_NATIVE TSR_SATURATE): GRAPH-CAST-1
+//   tsr_cvt_sr<T, O>(x, bits)          stochastic rounding with the element's 32 random bits
+//   tsr_widen<T>(x)                    exact widening into float/double, NaN made canonical
 //   tsr_cvt_bits_{f32,f16,bf16,e4m3,e5m2}(double) -> the code of that conversion (host too)
 //   tsr_max(a, b), tsr_min(a, b)       IEEE 754-2019 maximum / minimum (NaN propagates as the
 //                                      canonical quiet NaN, -0 < +0); float and double
@@ -24,6 +28,7 @@
 //                                      __nv_bfloat16 through f32, then tsr_cvt; NaN results are
 //                                      the canonical quiet NaN
 //   TSR_SWIZZLE(elem_offset, itemsize) CuTe Swizzle<3,4,3> on the byte offset, back in elements
+//   tsr_philox4x32_10, tsr_random_bits, tsr_uniform_f32/_f64   NUM-RNG (see the last section)
 //   device only:
 //   tsr_cp_async<BYTES>(smem, gmem)    cp.async of 4, 8 (.ca) or 16 (.cg) bytes
 //   tsr_cp_async_commit(), tsr_cp_async_wait<N>()
@@ -31,6 +36,7 @@
 //   tsr_mma_m16n8k16_bf16(d, a, b, c)  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32:
 //   tsr_mma_m16n8k16_f16(d, a, b, c)   float d[4] = a·b + c[4]; a: 4 x u32 (8 packed 16-bit
 //                                      values), b: 2 x u32, the PTX fragment layouts
+//   tsr_mma_m16n8k32_e4m3 / _e5m2      the fp8 mma.sync (sm_89+; a, b: 4 and 2 x u32 of bytes)
 //   tsr_ldmatrix<N, TRANS>(r, smem)    ldmatrix.sync.aligned.m8n8.xN[.trans].shared.b16 into
 //                                      r[N] (N in 1, 2, 4); smem: this lane's row address
 #pragma once
@@ -527,17 +533,57 @@ TSR_EXTREMES(float, TSR_NANF, TSR_SIGN_F)
 #undef TSR_SIGN_F
 
 // ---------------------------------------------------------------------------------------
-// NUM-CVT: round to nearest even from an exact double, native overflow, NaN -> the
-// format's canonical quiet NaN with the source's sign (CUDA's own conversions differ on NaN
-// inputs, see render.HEADER). A generic encoder over (mantissa bits, bias, codes).
+// NUM-CVT (GRAPH-CAST-1's number -> format rule): one integer encoder from an exact double,
+// with the rounding modes rne rtz rup rdown and stochastic (NUM-CVT-2/5) and the overflow
+// modes native and saturate (NUM-CVT-3); NaN -> the format's canonical quiet NaN with the
+// source's sign (NUM-CVT-4; CUDA's own conversions differ on NaN inputs, see render.HEADER).
 
-TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
-                          int bits) {
+#define TSR_RNE 0
+#define TSR_RTZ 1
+#define TSR_RUP 2
+#define TSR_RDOWN 3
+#define TSR_RSTOCH 4
+#define TSR_NATIVE 0
+#define TSR_SATURATE 1
+
+// Whether n + rest/2^shift (0 <= rest < 2^shift; shift >= 64: n = 0, rest = the whole
+// mantissa, below half a quantum) moves one quantum away from zero. Stochastic: up iff
+// rbits < frac·2^32, i.e. rbits < ceil(rest·2^32 / 2^shift), in integers.
+TSR_FN bool tsr_round_up(tsr_u64 n, tsr_u64 rest, int shift, bool neg, int rounding, unsigned rbits) {
+  if (rest == 0) return false;
+  bool big = shift >= 64;
+  tsr_u64 half = big ? 0ull : 1ull << (shift - 1);
+  switch (rounding) {
+    case TSR_RNE: return !big && (rest > half || (rest == half && (n & 1)));
+    case TSR_RTZ: return false;
+    case TSR_RUP: return !neg;
+    case TSR_RDOWN: return neg;
+    default: {
+      tsr_u64 limit;
+      if (shift <= 32) {
+        limit = rest << (32 - shift);
+      } else {
+        int s = shift - 32;
+        limit = s >= 64 ? 1ull : (rest >> s) + ((rest & ((1ull << s) - 1)) != 0);
+      }
+      return (tsr_u64)rbits < limit;
+    }
+  }
+}
+
+// The code of x in a format of `man` mantissa bits, exponent bias `bias` and `bits` bits:
+// `max_code` its largest finite magnitude, `over_code` its native overflow (inf, or the NaN
+// of a format without inf), `nan_code` its canonical quiet NaN (magnitudes, sign clear).
+// Overflow: saturate, or a directed rounding toward zero, gives max_code; an inf input gives
+// over_code (max_code when saturating).
+TSR_FN tsr_u64 tsr_encode_mode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
+                               int bits, int rounding, int overflow, unsigned rbits) {
   tsr_u64 b = tsr_d2u(x);
-  tsr_u64 sign = (b >> 63) ? 1ull << (bits - 1) : 0ull;
+  bool neg = (b >> 63) != 0;
+  tsr_u64 sign = neg ? 1ull << (bits - 1) : 0ull;
   int ex = (int)((b >> 52) & 0x7ff);
   tsr_u64 fr = b & 0xfffffffffffffull;
-  if (ex == 0x7ff) return (fr ? nan_code : over_code) | sign;
+  if (ex == 0x7ff) return (fr ? nan_code : overflow == TSR_SATURATE ? max_code : over_code) | sign;
   if (ex == 0 && fr == 0) return sign;
   tsr_u64 mant = ex ? fr | (1ull << 52) : fr;
   int e2 = ex ? ex - 1075 : -1074;  // |x| = mant·2^e2
@@ -546,54 +592,149 @@ TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64
   int emin = 1 - bias;
   int qexp = (lg > emin ? lg : emin) - man;  // the quantum of the result
   int shift = qexp - e2;                     // > 0 for every narrower format
-  if (shift >= 64) return sign;              // below half the smallest subnormal
-  tsr_u64 n = mant >> shift, rest = mant & ((1ull << shift) - 1), half = 1ull << (shift - 1);
-  if (rest > half || (rest == half && (n & 1))) n += 1;
+  tsr_u64 n = shift >= 64 ? 0ull : mant >> shift;
+  tsr_u64 rest = shift >= 64 ? mant : mant & ((1ull << shift) - 1);
+  if (tsr_round_up(n, rest, shift, neg, rounding, rbits)) n += 1;
+  if (n == 0) return sign;
   // n·2^qexp; a subnormal (qexp = emin − man, n < 2^man) gets n, a carry to 2^(man+1) the next
   // exponent, both by the same formula
   tsr_u64 code = ((tsr_u64)(qexp + man + bias) << man) + n - (1ull << man);
-  return (code > max_code ? over_code : code) | sign;
+  bool toward_zero = rounding == TSR_RTZ || (rounding == TSR_RUP && neg) || (rounding == TSR_RDOWN && !neg);
+  if (code > max_code) code = overflow == TSR_SATURATE || toward_zero ? max_code : over_code;
+  return code | sign;
 }
-TSR_FN tsr_u64 tsr_cvt_bits_f32(double x) { return tsr_encode(x, 23, 127, 0x7f7fffffull, 0x7f800000ull, 0x7fc00000ull, 32); }
-TSR_FN tsr_u64 tsr_cvt_bits_f16(double x) { return tsr_encode(x, 10, 15, 0x7bffull, 0x7c00ull, 0x7e00ull, 16); }
-TSR_FN tsr_u64 tsr_cvt_bits_bf16(double x) { return tsr_encode(x, 7, 127, 0x7f7full, 0x7f80ull, 0x7fc0ull, 16); }
-TSR_FN tsr_u64 tsr_cvt_bits_e4m3(double x) { return tsr_encode(x, 3, 7, 0x7eull, 0x7full, 0x7full, 8); }
-TSR_FN tsr_u64 tsr_cvt_bits_e5m2(double x) { return tsr_encode(x, 2, 15, 0x7bull, 0x7cull, 0x7eull, 8); }
+TSR_FN tsr_u64 tsr_encode(double x, int man, int bias, tsr_u64 max_code, tsr_u64 over_code, tsr_u64 nan_code,
+                          int bits) {
+  return tsr_encode_mode(x, man, bias, max_code, over_code, nan_code, bits, TSR_RNE, TSR_NATIVE, 0u);
+}
 
+// The target formats' encoders (mantissa bits, bias, width, largest finite, native overflow, NaN).
+template <class T> struct tsr_fmt;
+#define TSR_FMT(T, MAN, BIAS, BITS, MAX, OVER, NAN_)                                                   \
+  template <> struct tsr_fmt<T> {                                                                     \
+    static TSR_INL tsr_u64 code(double x, int r, int o, unsigned rb) {                                \
+      return tsr_encode_mode(x, MAN, BIAS, MAX, OVER, NAN_, BITS, r, o, rb);                          \
+    }                                                                                                 \
+  };
+TSR_FMT(float, 23, 127, 32, 0x7f7fffffull, 0x7f800000ull, 0x7fc00000ull)
+struct tsr_f16_tag; struct tsr_bf16_tag; struct tsr_e4m3_tag; struct tsr_e5m2_tag;  // host names of the narrow formats
+TSR_FMT(tsr_f16_tag, 10, 15, 16, 0x7bffull, 0x7c00ull, 0x7e00ull)
+TSR_FMT(tsr_bf16_tag, 7, 127, 16, 0x7f7full, 0x7f80ull, 0x7fc0ull)
+TSR_FMT(tsr_e4m3_tag, 3, 7, 8, 0x7eull, 0x7full, 0x7full)
+TSR_FMT(tsr_e5m2_tag, 2, 15, 8, 0x7bull, 0x7cull, 0x7eull)
+#undef TSR_FMT
+
+TSR_FN tsr_u64 tsr_cvt_bits_f32(double x) { return tsr_fmt<float>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_f16(double x) { return tsr_fmt<tsr_f16_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_bf16(double x) { return tsr_fmt<tsr_bf16_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_e4m3(double x) { return tsr_fmt<tsr_e4m3_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+TSR_FN tsr_u64 tsr_cvt_bits_e5m2(double x) { return tsr_fmt<tsr_e5m2_tag>::code(x, TSR_RNE, TSR_NATIVE, 0u); }
+// a double's own format: the identity but for NaN (the canonical quiet NaN with its sign)
+// and, saturating, inf (the largest finite value with its sign)
+TSR_FN tsr_u64 tsr_cvt_bits_f64(double x, int overflow = TSR_NATIVE) {
+  tsr_u64 b = tsr_d2u(x), sign = b & 0x8000000000000000ull;
+  if (tsr_isnan(x)) return sign | 0x7ff8000000000000ull;
+  if (overflow == TSR_SATURATE && (b & 0x7fffffffffffffffull) == 0x7ff0000000000000ull) return sign | 0x7fefffffffffffffull;
+  return b;
+}
+
+// tsr_cvt<T, R, O>(x): x into T with rounding R and overflow O (defaults: rne, native)
 template <class T> struct tsr_cvt_to;
-template <> struct tsr_cvt_to<double> { static TSR_INL double from(double x) { return x; } };
+template <> struct tsr_cvt_to<double> {
+  template <int R, int O> static TSR_INL double from(double x, unsigned) { return tsr_u2d(tsr_cvt_bits_f64(x, O)); }
+};
 template <> struct tsr_cvt_to<float> {
-  static TSR_INL float from(double x) { return tsr_u2f((unsigned)tsr_cvt_bits_f32(x)); }
+  template <int R, int O> static TSR_INL float from(double x, unsigned rb) {
+    return tsr_u2f((unsigned)tsr_fmt<float>::code(x, R, O, rb));
+  }
 };
 #ifdef TSR_DEVICE
 template <> struct tsr_cvt_to<__half> {
-  static TSR_INL __half from(double x) { return __ushort_as_half((unsigned short)tsr_cvt_bits_f16(x)); }
+  template <int R, int O> static TSR_INL __half from(double x, unsigned rb) {
+    return __ushort_as_half((unsigned short)tsr_fmt<tsr_f16_tag>::code(x, R, O, rb));
+  }
 };
 template <> struct tsr_cvt_to<__nv_bfloat16> {
-  static TSR_INL __nv_bfloat16 from(double x) { return __ushort_as_bfloat16((unsigned short)tsr_cvt_bits_bf16(x)); }
+  template <int R, int O> static TSR_INL __nv_bfloat16 from(double x, unsigned rb) {
+    return __ushort_as_bfloat16((unsigned short)tsr_fmt<tsr_bf16_tag>::code(x, R, O, rb));
+  }
 };
 template <> struct tsr_cvt_to<__nv_fp8_e4m3> {
-  static TSR_INL __nv_fp8_e4m3 from(double x) {
+  template <int R, int O> static TSR_INL __nv_fp8_e4m3 from(double x, unsigned rb) {
     __nv_fp8_e4m3 r;
-    r.__x = (__nv_fp8_storage_t)tsr_cvt_bits_e4m3(x);
+    r.__x = (__nv_fp8_storage_t)tsr_fmt<tsr_e4m3_tag>::code(x, R, O, rb);
     return r;
   }
 };
 template <> struct tsr_cvt_to<__nv_fp8_e5m2> {
-  static TSR_INL __nv_fp8_e5m2 from(double x) {
+  template <int R, int O> static TSR_INL __nv_fp8_e5m2 from(double x, unsigned rb) {
     __nv_fp8_e5m2 r;
-    r.__x = (__nv_fp8_storage_t)tsr_cvt_bits_e5m2(x);
+    r.__x = (__nv_fp8_storage_t)tsr_fmt<tsr_e5m2_tag>::code(x, R, O, rb);
     return r;
   }
 };
 #endif
-template <class T> TSR_FN T tsr_cvt(double x) { return tsr_cvt_to<T>::from(x); }
+#define TSR_NAN_NEG tsr_u2d(0xfff8000000000000ull)
+// A NaN source is handed on by its sign bit (read from its code: the hardware's NaN
+// conversions do not promise to keep it); every other value widens exactly into double.
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(double x) {
+  return tsr_cvt_to<T>::template from<R, O>(x, 0u);
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(float x) {
+  unsigned b = tsr_f2u(x);
+  return tsr_cvt<T, R, O>((b & 0x7fffffffu) > 0x7f800000u ? (b >> 31 ? TSR_NAN_NEG : TSR_NAN) : (double)x);
+}
+// stochastic rounding with this element's 32 random bits (NUM-CVT-5, NUM-RNG-4)
+template <class T, int O = TSR_NATIVE> TSR_FN T tsr_cvt_sr(double x, unsigned rbits) {
+  return tsr_cvt_to<T>::template from<TSR_RSTOCH, O>(x, rbits);
+}
+template <class T, int O = TSR_NATIVE> TSR_FN T tsr_cvt_sr(float x, unsigned rbits) {
+  unsigned b = tsr_f2u(x);
+  return tsr_cvt_sr<T, O>((b & 0x7fffffffu) > 0x7f800000u ? (b >> 31 ? TSR_NAN_NEG : TSR_NAN) : (double)x, rbits);
+}
+// An exact widening into float or double (every source value is a target value): a plain
+// conversion but for NaN, which becomes the canonical quiet NaN with the source's sign.
+template <class T> TSR_FN T tsr_nan_of(bool neg);
+template <> TSR_INL float tsr_nan_of<float>(bool neg) { return tsr_u2f(neg ? 0xffc00000u : 0x7fc00000u); }
+template <> TSR_INL double tsr_nan_of<double>(bool neg) { return neg ? TSR_NAN_NEG : TSR_NAN; }
+template <class T> TSR_FN T tsr_widen(float x) {
+  unsigned b = tsr_f2u(x);
+  return (b & 0x7fffffffu) > 0x7f800000u ? tsr_nan_of<T>(b >> 31) : (T)x;
+}
 #ifdef TSR_DEVICE
-// narrow sources widen exactly into f32 first
-template <class T> TSR_FN T tsr_cvt(__half x) { return tsr_cvt<T>((double)__half2float(x)); }
-template <class T> TSR_FN T tsr_cvt(__nv_bfloat16 x) { return tsr_cvt<T>((double)__bfloat162float(x)); }
-template <class T> TSR_FN T tsr_cvt(__nv_fp8_e4m3 x) { return tsr_cvt<T>((double)(float)x); }
-template <class T> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) { return tsr_cvt<T>((double)(float)x); }
+// narrow sources: NaN by their codes, every other value exactly through float
+TSR_FN bool tsr_nan16(unsigned short h, unsigned short inf) { return (h & 0x7fffu) > inf; }
+TSR_FN float tsr_wide(__half x) {
+  unsigned short h = __half_as_ushort(x);
+  return tsr_nan16(h, 0x7c00u) ? tsr_u2f(h >> 15 ? 0xffc00000u : 0x7fc00000u) : __half2float(x);
+}
+TSR_FN float tsr_wide(__nv_bfloat16 x) {
+  unsigned short h = __bfloat16_as_ushort(x);
+  return tsr_nan16(h, 0x7f80u) ? tsr_u2f(h >> 15 ? 0xffc00000u : 0x7fc00000u) : __bfloat162float(x);
+}
+TSR_FN float tsr_wide(__nv_fp8_e4m3 x) {
+  return (x.__x & 0x7f) == 0x7f ? tsr_u2f(x.__x >> 7 ? 0xffc00000u : 0x7fc00000u) : (float)x;
+}
+TSR_FN float tsr_wide(__nv_fp8_e5m2 x) {
+  return (x.__x & 0x7f) > 0x7c ? tsr_u2f(x.__x >> 7 ? 0xffc00000u : 0x7fc00000u) : (float)x;
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__half x) { return tsr_cvt<T, R, O>(tsr_wide(x)); }
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_bfloat16 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp8_e4m3 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int R = TSR_RNE, int O = TSR_NATIVE> TSR_FN T tsr_cvt(__nv_fp8_e5m2 x) {
+  return tsr_cvt<T, R, O>(tsr_wide(x));
+}
+template <class T, int O = TSR_NATIVE, class S> TSR_FN T tsr_cvt_sr(S x, unsigned rbits) {  // narrow sources
+  return tsr_cvt_sr<T, O>(tsr_wide(x), rbits);
+}
+template <class T> TSR_FN T tsr_widen(__half x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_bfloat16 x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_fp8_e4m3 x) { return tsr_widen<T>(tsr_wide(x)); }
+template <class T> TSR_FN T tsr_widen(__nv_fp8_e5m2 x) { return tsr_widen<T>(tsr_wide(x)); }
 
 // 16-bit formats: max/min and NUM-MATH through f32 (exact widening; the math in an f32
 // accumulator, rounded once into f32 and then into the 16-bit format, as the interpreter does)
@@ -649,6 +790,21 @@ TSR_FN long tsr_shfl_xor(long x, int offset) { return __shfl_xor_sync(0xffffffff
 TSR_MMA_M16N8K16(tsr_mma_m16n8k16_bf16, "bf16")
 TSR_MMA_M16N8K16(tsr_mma_m16n8k16_f16, "f16")
 #undef TSR_MMA_M16N8K16
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+// mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 (sm_89+): a: 4 x u32 (16
+// bytes, the lowest k in the lowest byte), b: 2 x u32, the PTX fragment layouts
+#define TSR_MMA_M16N8K32(name, ab)                                                                        \
+  TSR_FN void name(float* d, const unsigned* a, const unsigned* b, const float* c) {                      \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." ab "." ab ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                 "{%8,%9}, {%10,%11,%12,%13};\n"                                                          \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                         \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), \
+                   "f"(c[2]), "f"(c[3]));                                                                 \
+  }
+TSR_MMA_M16N8K32(tsr_mma_m16n8k32_e4m3, "e4m3")
+TSR_MMA_M16N8K32(tsr_mma_m16n8k32_e5m2, "e5m2")
+#undef TSR_MMA_M16N8K32
+#endif
 
 template <int N, bool TRANS = false> TSR_FN void tsr_ldmatrix(unsigned* r, const void* smem) {
   static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 8x8 matrices");
@@ -671,3 +827,54 @@ template <int N, bool TRANS = false> TSR_FN void tsr_ldmatrix(unsigned* r, const
   }
 }
 #endif  // TSR_DEVICE
+
+// ---------------------------------------------------------------------------------------
+// NUM-RNG: Philox4x32-10 (Salmon et al., SC 2011; NUM-RNG-1) and the draws of an element
+// index i under the key words (k0, k1) of RNGKey(seed, stream) (NUM-RNG-2…5). Host and device.
+//   tsr_philox4x32_10(ctr[4], key[2], out[4])
+//   tsr_random_bits(i, k0, k1)   word i mod 4 of block (lo32 n, hi32 n, 0, 0), n = i / 4
+//   tsr_uniform_f32(i, k0, k1)   (bits >> 8)·2^-24
+//   tsr_uniform_f64(i, k0, k1)   words a, b = 2(i mod 2), 2(i mod 2)+1 of block (lo32 n, hi32 n, 1, 0),
+//                                n = i / 2: ((a >> 5)·2^26 + (b >> 6))·2^-53
+
+TSR_FN unsigned tsr_mulhi(unsigned a, unsigned b) {
+#ifdef TSR_DEVICE
+  return __umulhi(a, b);
+#else
+  return (unsigned)(((tsr_u64)a * b) >> 32);
+#endif
+}
+TSR_FN void tsr_philox4x32_10(const unsigned* ctr, const unsigned* key, unsigned* out) {
+  unsigned c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], k0 = key[0], k1 = key[1];
+#ifdef TSR_DEVICE
+#pragma unroll
+#endif
+  for (int r = 0; r < 10; ++r) {
+    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }  // the key bump between rounds (mod 2^32)
+    unsigned hi0 = tsr_mulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
+    unsigned hi1 = tsr_mulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+TSR_FN unsigned tsr_random_bits(tsr_u64 i, unsigned k0, unsigned k1) {
+  tsr_u64 n = i >> 2;
+  unsigned ctr[4] = {(unsigned)n, (unsigned)(n >> 32), 0u, 0u}, key[2] = {k0, k1}, w[4];
+  tsr_philox4x32_10(ctr, key, w);
+  unsigned j = (unsigned)(i & 3);
+  return j == 0 ? w[0] : j == 1 ? w[1] : j == 2 ? w[2] : w[3];
+}
+TSR_FN float tsr_uniform_f32(tsr_u64 i, unsigned k0, unsigned k1) {
+  return (float)(tsr_random_bits(i, k0, k1) >> 8) * 0x1p-24f;  // 24 bits: both steps exact
+}
+TSR_FN double tsr_uniform_f64(tsr_u64 i, unsigned k0, unsigned k1) {
+  tsr_u64 n = i >> 1;
+  unsigned ctr[4] = {(unsigned)n, (unsigned)(n >> 32), 1u, 0u}, key[2] = {k0, k1}, w[4];
+  tsr_philox4x32_10(ctr, key, w);
+  bool odd = (i & 1) != 0;
+  unsigned a = odd ? w[2] : w[0], b = odd ? w[3] : w[1];
+  return (double)(((tsr_u64)(a >> 5) << 26) | (b >> 6)) * 0x1p-53;  // 53 bits: exact
+}

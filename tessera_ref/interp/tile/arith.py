@@ -18,22 +18,27 @@ code where the graph has a definition:
   sign bit clear, as in the graph (:func:`~tessera_ref.numerics.arith.canonical_nan`).
 - :func:`convert` rounds once into the target format as the graph's ``to_storage`` does
   (NUM-CVT, rounding to nearest even, the format's own overflow: e4m3 has no infinity, so
-  an overflow is the NaN of its sign), and is a plain exact conversion when every value of
-  the source is a value of the target. It returns the conversion's codes as they are (a
-  NaN keeps the code the conversion gives it, as in the graph's storage).
+  an overflow is the NaN of its sign); a conversion into a format that holds every value of
+  the source is exact but for NaN, which becomes the target's canonical quiet NaN with the
+  source's sign (NUM-CVT-4, as in the graph's ``cast``).
+- :func:`cast_value` is the ``cast`` op (TILE-NUM-3): GRAPH-CAST-1's number → format rule
+  with the target policy's rounding (``rne`` ``rtz`` ``rup`` ``rdown``, or ``stochastic``
+  with the element's index and seed) and overflow (``native`` ``saturate``), by the graph's
+  own conversion — also into the source's own format, where only a NaN's code changes.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import KernelError
+from ...ir.tile import CAST_ROUNDING
 from ...numerics import get_format
 from ...numerics.arith import ACCUM_FORMATS, accum_op, canonical_nan
 from ...numerics.convert import cast
 from ...ops.exact import ieee_extreme
 
-__all__ = ["STORAGE_FORMATS", "COMPUTE_FORMATS", "float_binary", "float_unary", "convert", "number",
-           "computable"]
+__all__ = ["STORAGE_FORMATS", "COMPUTE_FORMATS", "float_binary", "float_unary", "convert", "cast_value",
+           "number", "computable"]
 
 #: Formats a tile kernel's floating-point values and buffers may have.
 STORAGE_FORMATS = ("f64", "f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2")
@@ -107,8 +112,30 @@ def convert(x, dtype: np.dtype):
     if arr.dtype == dtype:
         return _value(arr, canonical=False)
     if arr.dtype.kind in "iub" or dtype.kind in "iub":
+        return _value(arr.astype(dtype), canonical=False)
+    dst = get_format(dtype)
+    if _exact_into(get_format(arr.dtype), dst):
         out = arr.astype(dtype)
-    else:
-        src, dst = get_format(arr.dtype), get_format(dtype)
-        out = arr.astype(dtype) if _exact_into(src, dst) else cast(arr, dst, rounding="rne", overflow="native")
+        nan = np.isnan(arr)
+        if nan.any():  # NUM-CVT-4: the canonical quiet NaN of the target, with the source's sign
+            out = np.where(nan, cast(arr, dst, rounding="rne", overflow="native"), out)
+        return _value(out, canonical=False)
+    return _value(cast(arr, dst, rounding="rne", overflow="native"), canonical=False)
+
+
+def cast_value(x, policy, location=None, *, seed=None, index=None):
+    """The ``cast`` op of ``x`` (a float lane value or fragment) into ``policy``'s storage:
+    see the module docstring. Stochastic rounding draws NUM-CVT-5's bits from
+    ``RNGKey(seed)`` at the elements' ``index`` (the graph's ``to_storage`` key and index)."""
+    if policy.rounding not in CAST_ROUNDING:
+        raise KernelError(f"cast to {policy}: a tile cast rounds by {', '.join(CAST_ROUNDING)}, not "
+                          f"{policy.rounding!r}", location=location,
+                          fix="cast with another rounding mode, or run the cast in the Graph IR interpreter")
+    arr = np.asarray(x)
+    key = None
+    if policy.rounding == "stochastic":
+        arr, index = np.broadcast_arrays(arr, np.maximum(np.asarray(index), 0).astype(np.uint64))
+        key = seed
+    with np.errstate(all="ignore"):
+        out = cast(arr, policy.storage, rounding=policy.rounding, overflow=policy.overflow, key=key, index=index)
     return _value(out, canonical=False)

@@ -20,13 +20,14 @@ where the hardware promises no order between lanes:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from ...errors import TileBarrierError, TileBoundsError, TileRaceError, TileUninitializedError
 from .memory import ALL_LANES, NO_LANE
 
-__all__ = ["Finding", "ERRORS", "describe_lanes", "check_read", "check_write", "mark_read", "mark_write",
+__all__ = ["Finding", "SharedAccess", "ERRORS", "describe_lanes", "check_read", "check_write", "mark_read", "mark_write",
            "check_global_store"]
 
 #: The error class raised for each finding kind.
@@ -53,6 +54,24 @@ class Finding:
         where = f" [at {self.location}]" if self.location else ""
         more = f" (and {self.count - 1} more like it)" if self.count > 1 else ""
         return f"{self.kind}: {self.what}{where}{more}"
+
+
+class SharedAccess(NamedTuple):
+    """One shared-memory access as the checkers saw it (TILE-CHECK-7): the ``tile``, its barrier
+    ``phase`` (0 before the first ``tbarrier()``), what happened (``verb``: ``"reads"``,
+    ``"writes"``, ``"cp.async writes"`` when a copy is issued, ``"cp.async lands in"`` when its
+    wait retires it, ...), the ``buffer``'s name, per element its logical ``index`` (one row per
+    element) and ``lanes`` (:data:`ALL_LANES` for a tile-collective op), whether it
+    ``conflicts`` with an earlier access of the phase (a finding), and the source ``location``."""
+
+    tile: tuple
+    phase: int
+    verb: str
+    buffer: str
+    index: np.ndarray
+    lanes: np.ndarray
+    conflicts: np.ndarray
+    location: str | None
 
 
 def describe_lanes(lanes) -> str:

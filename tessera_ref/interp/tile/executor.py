@@ -34,13 +34,13 @@ from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
 from ...ir.launch import kernel_arguments
 from ...ir.types import ScalarType, TensorType
-from ...numerics import get_format, tc
+from ...numerics import get_format, rng, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
-from .arith import STORAGE_FORMATS, computable, convert, float_binary, float_unary, number
+from .arith import STORAGE_FORMATS, cast_value, computable, convert, float_binary, float_unary, number
 from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .progress import Progress
@@ -95,8 +95,9 @@ MAX_TILES, MAX_LANES = 1 << 20, 1024
 class Run:
     """One execution of a kernel over a grid (see :func:`run`)."""
 
-    def __init__(self, func, args, grid, lanes, checks, counters, on_error):
+    def __init__(self, func, args, grid, lanes, checks, counters, on_error, observer=None):
         self.func = func
+        self.observer = observer
         sizes = (grid,) if np.ndim(grid) == 0 else tuple(grid)
         if not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in sizes + (lanes,)):
             raise KernelError(f"a launch needs integer grid sizes and lanes, got grid={grid!r}, lanes={lanes!r}",
@@ -172,8 +173,17 @@ class Run:
                    else C.check_read(base, offs, lanes, self.phase))
         if problem:
             self._problem(problem, op, base, offs, lanes, verb)
+        if self.observer is not None:
+            self.observe(op, base, offs, lanes, verb, problem[1] if problem else None)
         if not asynchronous:
             (C.mark_write if write else C.mark_read)(base, offs, lanes, self.phase)
+
+    def observe(self, op, base, offs, lanes, verb: str, conflicts) -> None:
+        """Tell the observer about a checked shared-memory access (TILE-CHECK-7)."""
+        self.observer(C.SharedAccess(self.tile, self.phase, verb, base.name, base.logical_indices(offs),
+                                     np.broadcast_to(lanes, offs.shape).copy(),
+                                     np.zeros(offs.shape, bool) if conflicts is None else np.asarray(conflicts, bool),
+                                     op.location))
 
     # -- running ------------------------------------------------------------------------
     def run(self) -> None:
@@ -431,11 +441,13 @@ class Run:
 
     # -- barrier phases and cp.async ------------------------------------------------------
     def retire(self, copies) -> None:
-        for dst, offs, data, _ in copies:
+        for dst, offs, data, op in copies:
             dst.data[offs] = data
             if self.checks:
                 dst.pending[offs] -= 1
                 C.mark_write(dst, offs, ALL_LANES, self.phase)
+                if self.observer is not None:
+                    self.observe(op, dst, offs, ALL_LANES, "cp.async lands in", None)
 
 
 def _ids(run, op, mask):
@@ -521,12 +533,25 @@ def _reduce(run, op, mask):
 
 
 def _cast(run, op, mask):
-    return convert(run.env[op.operands[0]], _dtype(op.results[0].type))
+    x, t = run.env[op.operands[0]], op.results[0].type
+    if isinstance(t, ScalarType) and _is_float(op.operands[0].type):
+        index = run.env[op.operands[1]] if len(op.operands) > 1 else None
+        return cast_value(x, t.policy, op.location, seed=op.attributes.get("seed"), index=index)
+    return convert(x, _dtype(t))
 
 
 def _select(run, op, mask):
     m, a, b = (run.env[v] for v in op.operands)
     return np.where(m, a, b) if np.ndim(m) or np.ndim(a) or np.ndim(b) else (a if m else b)
+
+
+def _uniform(run, op, mask):
+    """TILE-RNG-1: NUM-RNG-5's uniform of each lane's element index, by the numerics RNG."""
+    index = np.asarray(run.env[op.operands[0]])
+    key = rng.RNGKey(op.attributes["seed"], op.attributes["stream"])
+    u = rng.uniform(key, np.maximum(index, 0).astype(np.uint64), _dtype(op.results[0].type))
+    run.counters.flops += int(mask.sum()) if index.ndim else 1
+    return u if index.ndim else u[()]
 
 
 def _shfl_xor(run, op, mask):
@@ -833,7 +858,7 @@ def _collective_in(run, op):
 HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
     "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
-    "select": _select, "shfl_xor": _shfl_xor, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
+    "select": _select, "shfl_xor": _shfl_xor, "uniform": _uniform, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,
     "if": _if}.items()}
@@ -843,7 +868,7 @@ NO_HANDLER = {T.YIELD: "the terminator of for/if regions: Run.block returns its 
 
 
 def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool = True,
-        preset="H100", func: str | None = None, on_error: str = "raise") -> TileReport:
+        preset="H100", func: str | None = None, on_error: str = "raise", observer=None) -> TileReport:
     """Run a tile kernel (TILE-EXEC-1) over ``grid`` tiles of ``lanes`` lanes on ``args``.
 
     ``program`` is a Tile IR module (or its kernel func); ``args`` a list in parameter order
@@ -852,11 +877,13 @@ def run(program, args, *, grid=1, lanes=128, checks: bool = True, counters: bool
     (bounds are always checked); ``counters`` the performance counters. With
     ``on_error="raise"`` the first finding raises its error (a :class:`TesseraError` naming
     the kernel line, tile and lanes); with ``"collect"`` every finding is recorded in the
-    report and the run goes on. Returns a :class:`TileReport`.
+    report and the run goes on. ``observer``, with ``checks``, is called with a
+    :class:`~tessera_ref.interp.tile.checkers.SharedAccess` for every shared-memory access the
+    checkers see, in order (TILE-CHECK-7). Returns a :class:`TileReport`.
     """
     if on_error not in ("raise", "collect"):
         raise KernelError(f"on_error is 'raise' or 'collect', got {on_error!r}", fix="pick one")
-    r = Run(_kernel_func(program, func), args, grid, lanes, bool(checks), bool(counters), on_error)
+    r = Run(_kernel_func(program, func), args, grid, lanes, bool(checks), bool(counters), on_error, observer)
     try:
         r.run()
     except _Abort as abort:

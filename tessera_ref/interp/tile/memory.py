@@ -105,6 +105,13 @@ class Shared:
         return [tuple(int(i) for i in np.unravel_index(flat[p], self.shape)) for p in np.atleast_1d(pos)]
 
 
+    def logical_indices(self, phys: np.ndarray) -> np.ndarray:
+        """The logical indices of physical element offsets, one row per offset."""
+        flat = np.argsort(self.phys_map.reshape(-1))
+        order = self.phys_map.reshape(-1)[flat]
+        return np.stack(np.unravel_index(flat[np.searchsorted(order, phys)], self.shape), axis=-1)
+
+
 class View:
     """A static box of ``base`` (a :class:`Global` or :class:`Shared`) at uniform ``offsets``
     with ``shape``; ``drop`` leading dimensions of the box have size 1 and are not part of

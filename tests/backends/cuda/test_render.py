@@ -29,6 +29,7 @@ struct __nv_bfloat16 { unsigned short x; explicit operator float() const { retur
 struct __nv_fp8_e4m3 { unsigned char x; explicit operator float() const { return 0; } };
 struct __nv_fp8_e5m2 { unsigned char x; explicit operator float() const { return 0; } };
 template <class T, class S> T tsr_cvt(S) { return T(); }
+template <class T, class S> T tsr_widen(S) { return T(); }
 inline void __syncthreads() {}
 template <int N> void tsr_cp_async(void*, const void*) {}
 struct float2 { float x, y; };
@@ -153,13 +154,15 @@ def _narrow_programs():
 @pytest.mark.skipif(GXX is None, reason="needs g++")
 def test_bf16_and_fp8_kernels_use_cuda_types_and_explicit_conversions(tmp_path):
     """bf16 / fp8 buffers are CUDA's __nv_bfloat16 / __nv_fp8_e4m3 / __nv_fp8_e5m2; rounding
-    into them goes through tsr_cvt (NUM-CVT), widening into f32 is a C cast — the stub
-    header's narrow types have explicit conversions only, so g++ finds any that is missing."""
+    into them goes through tsr_cvt (NUM-CVT), a widening cast into f32 through tsr_widen (exact,
+    NaN made canonical), an mma operand's widening is a C cast — the stub header's narrow types have explicit conversions only, so g++
+    finds any that is missing."""
     for name, program in _narrow_programs().items():
         text = inspect(program, "target")
         ctype = {"bf16": "__nv_bfloat16", "e4m3": "__nv_fp8_e4m3", "e5m2": "__nv_fp8_e5m2"}[name.split()[1]]
         assert f"{ctype}* __restrict__" in text and f"tsr_cvt<{ctype}>(" in text, name
-        assert "(float)(" in text and "#include <cuda_fp8.h>" in text and "Compiled by NVRTC" in text
+        widening = "(float)(" if name.startswith(("matmul", "attention")) else "tsr_widen<float>("  # mma: a C cast
+        assert widening in text and "#include <cuda_fp8.h>" in text and "Compiled by NVRTC" in text
         _syntax_check(text, tmp_path)
 
 
@@ -187,6 +190,7 @@ template <class T> __device__ T tsr_rsqrt(T x) { return rsqrtf(x); }
 template <class T> __device__ T tsr_max(T a, T b) { return fmaxf(a, b); }
 template <class T> __device__ T tsr_min(T a, T b) { return fminf(a, b); }
 template <class T> __device__ T tsr_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+template <class T, class S> __device__ T tsr_widen(S x) { return (T)(float)x; }
 template <class T> __device__ T tsr_cvt(float x);
 template <> __device__ __nv_bfloat16 tsr_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __nv_fp8_e4m3 tsr_cvt<__nv_fp8_e4m3>(float x) {

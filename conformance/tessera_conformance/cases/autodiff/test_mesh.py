@@ -314,16 +314,18 @@ def _seed_004(B, L, E, F):
 
 
 def _expected_plan(B, L, E, F):
-    """The plan the clause derives for seed 004's two sequence-parallel TP MLPs, by hand."""
+    """The plan the clauses derive for seed 004's two sequence-parallel TP MLPs, by hand: each
+    MLP's two weight gradients are all-reduced right after its backward (AD-MESH-4)."""
     gathered = B // 4 * L * E * 2           # the output cotangent block (dp-split batch, whole sequence), bf16
     pending = B // 4 * L * E * 2            # the first MLP's output cotangent, a pending sum over tp
     weight = E * F // 9 * 2                 # each weight gradient's block
-    calls = [("all_gather", "tp", gathered), ("reduce_scatter", "tp", pending), ("all_gather", "tp", gathered)]
-    calls += [("all_reduce", "dp", weight)] * 4
+    calls = [("all_gather", "tp", gathered), ("all_reduce", "dp", weight), ("all_reduce", "dp", weight),
+             ("reduce_scatter", "tp", pending), ("all_gather", "tp", gathered)]
+    calls += [("all_reduce", "dp", weight)] * 2
     return calls, {"dp": 4 * weight, "tp": 2 * gathered + pending}
 
 
-@clause("AD-MESH-3")
+@clause("AD-MESH-3", "AD-MESH-4")
 @pytest.mark.parametrize("dims", [(8, 18, 4, 36)], ids=["small"])
 def test_communication_plan_of_seed_004_on_abstract_tensors(backend, dims):
     """Seed 004's backward plan on NVL72 (abstract tensors): the clause's collectives and bytes."""

@@ -20,13 +20,14 @@ RNG = np.random.default_rng(9)
 FAMILY_OPS = {
     "matmul": ["matmul"],
     "rows": ["layernorm_safe", "max", "mean", "min", "rmsnorm_safe", "softmax", "sum"],
-    "elementwise": ["abs", "add", "div", "maximum", "minimum", "mul", "neg", "sub"],
+    "elementwise": ["abs", "add", "cast", "div", "maximum", "minimum", "mul", "neg", "sub"],
     "attention": ["flash_attention"],
+    "random": ["dropout", "rand"],
 }
 
 
 @clause("LOWER-FAMILY-1")
-def test_the_four_families_and_their_ops():
+def test_the_families_and_their_ops():
     assert list(FAMILIES) == list(FAMILY_OPS)
     for name, ops in FAMILY_OPS.items():
         family = FAMILIES[name]
@@ -166,3 +167,30 @@ def test_the_kernels_of_a_function_form_one_module(backend):
     funcs = tile_funcs(program)
     assert len(funcs) == len(reports) == 3 and len({f.attributes["sym_name"] for f in funcs}) == 3
     assert all("launch.grid" in f.attributes and "launch.lanes" in f.attributes for f in funcs)
+
+
+@clause("LOWER-CAST-1", "LOWER-FUSE-1")
+@pytest.mark.parametrize("to, rounding, overflow", [("bf16", "rtz", "native"), ("fp8_e4m3", "rne", "saturate"),
+                                                    ("fp8_e5m2", "rup", "native"), ("f64", "rdown", "saturate"),
+                                                    ("fp8_e4m3", "stochastic", "native")])
+def test_casts_lower_to_elementwise_kernels_with_the_graphs_bits(backend, to, rounding, overflow):
+    x = adversarial(RNG, (4, 96))
+    x.flat[:5] = [np.nan, -np.inf, 3e38, -0.0, 1e-42]
+    seed = 2 ** 64 - 3 if rounding == "stochastic" else None
+    f = lambda x: op.cast(op.cast(x, to, rounding=rounding, overflow=overflow, seed=seed), "f32") * 2.0  # noqa: E731
+    got, _, program = lowered(backend, f, x)
+    assert [k.attributes["op"] for k in kernels(program)] == ["cast+cast+mul"]
+    assert_bits(got[0], t.jit(f, backend="interp")(x).numpy())
+
+
+@clause("LOWER-RNG-1")
+@pytest.mark.parametrize("fn", [lambda: op.rand((5, 70), seed=2 ** 63 + 1, stream=4, dtype="bf16"),
+                                lambda: op.rand((5, 70), seed=8, dtype="f64"),
+                                lambda x: op.dropout(x, 0.4, seed=12, stream=2)],
+                         ids=["rand_bf16", "rand_f64", "dropout"])
+def test_random_ops_draw_in_the_kernel_with_the_graphs_bits(backend, fn):
+    x = adversarial(RNG, (5, 70))
+    args = (x,) if fn.__code__.co_argcount else ()
+    got, _, program = lowered(backend, fn, *args, directives={"lanes": 64, "vectorize": 2})
+    assert len(kernels(program)) == 1 and kernels(program)[0].attributes["op"] in ("rand", "dropout")
+    assert_bits(got[0], t.jit(fn, backend="interp")(*args).numpy())

@@ -122,6 +122,9 @@ NARROW(__nv_bfloat16, unsigned short)
 NARROW(__nv_fp8_e4m3, unsigned char)
 NARROW(__nv_fp8_e5m2, unsigned char)
 template <class T, class S> T tsr_cvt(S);
+template <class T, int R, int O, class S> T tsr_cvt(S);
+template <class T, class S> T tsr_widen(S);
+enum { TSR_RNE, TSR_RTZ, TSR_RUP, TSR_RDOWN, TSR_NATIVE = 0, TSR_SATURATE };
 template <int N> void tsr_cp_async(void*, const void*);
 struct float2 { float x, y; }; struct float4 { float x, y, z, w; }; struct double2 { double x, y; };
 struct uint2 { unsigned x, y; }; struct uint4 { unsigned x, y, z, w; };
@@ -163,6 +166,9 @@ STAND_IN = r'''
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 template <class T, class S> __device__ T tsr_cvt(S x) { return T(x); }
+template <class T, int R, int O, class S> __device__ T tsr_cvt(S x) { return T(x); }
+template <class T, class S> __device__ T tsr_widen(S x) { return T(x); }
+enum { TSR_RNE, TSR_RTZ, TSR_RUP, TSR_RDOWN, TSR_NATIVE = 0, TSR_SATURATE };
 template <int N> __device__ void tsr_cp_async(void* d, const void* s) { memcpy(d, s, N); }
 #define TSR_INFF __int_as_float(0x7f800000)
 #define TSR_INF __longlong_as_double(0x7ff0000000000000LL)

@@ -8,6 +8,7 @@ import pytest
 from tessera_ref import cp_async, kernel, op, tbarrier, tile, tshared
 from tessera_ref.errors import KernelError
 from tessera_ref.ir import tile as T
+from tessera_ref.numerics import Policy
 from tessera_conformance import ORACLE, assert_bits, clause, run
 
 from .support import bits, dtype, fma_chain, launch, launch_module, round_to, warp_sum
@@ -314,3 +315,58 @@ def test_a_python_kernel_lane_store_converts(backend, src, dst):
     y = np.zeros(64, dtype(dst))
     launch(backend, kernel.from_source(_CONVERT.replace("SRC", src).replace("DST", dst)), x, y, grid=1, lanes=64)
     assert_bits(y, round_to(x.astype(np.float64), dst))
+
+
+def _cast_kernel(src, policy, n):
+    kb = T.KernelBuilder("cvt", [("X", T.buffer((n,), src)), ("Y", T.buffer((n,), policy.storage.name), True)])
+    X, Y = kb.params
+    i = kb.linear_id()
+    kb.if_(kb.binary("lt", i, n), then=lambda: kb.store(Y, [i], kb.cast(kb.load(X, [i]), policy)) or [])
+    return kb.finish()
+
+
+@clause("TILE-NUM-3")
+@pytest.mark.parametrize("rounding", ["rne", "rtz", "rup", "rdown"])
+@pytest.mark.parametrize("overflow", ["native", "saturate"])
+@pytest.mark.parametrize("src, dst", [("f16", "fp8_e4m3"), ("f32", "bf16"), ("f16", "f32"), ("bf16", "bf16")])
+def test_cast_is_the_graph_cast_with_the_policys_modes(backend, src, dst, rounding, overflow):
+    """Every f16/bf16 code (f32: every value with 16 low zero bits: all bf16 values), NaN
+    payloads of both signs included; the expected codes are the oracle's cast, and a few are
+    checked by hand."""
+    n = 1 << 16
+    codes = np.arange(n, dtype=np.uint32)
+    x = (codes << 16).view(np.float32) if src == "f32" else codes.astype(np.uint16).view(dtype(src))
+    policy = Policy(dst, rounding=rounding, overflow=overflow)
+    y = np.zeros(n, dtype(dst))
+    launch_module(backend, _cast_kernel(src, policy, n), [x, y], grid=n // 256, lanes=256)
+    assert_bits(y, run(ORACLE, lambda v: op.cast(v, dst, rounding=rounding, overflow=overflow), x))
+    yb = bits(y)
+    if src == "f16" and dst == "f32":  # 0x7E01 / 0xFE23: the canonical NaN of the sign, not the payload
+        assert yb[0x7E01] == 0x7FC00000 and yb[0xFE23] == 0xFFC00000
+        assert yb[0x7C00] == (0x7F7FFFFF if overflow == "saturate" else 0x7F800000)
+    if src == "f16" and dst == "fp8_e4m3":  # 0x5FD0 = 500: over 448
+        toward_zero = rounding in ("rtz", "rdown")
+        assert yb[0x5FD0] == (0x7E if overflow == "saturate" or toward_zero else 0x7F)
+
+
+@clause("TILE-RNG-1")
+@pytest.mark.parametrize("fmt", ["f32", "f64"])
+def test_uniform_is_the_counter_rng_of_the_element_index(backend, fmt):
+    """Lane values are NUM-RNG-5's uniforms of the element index, whatever the launch shape;
+    the first four f64 values under RNGKey(42) are the spec's (NUM-RNG-8), written out here."""
+    from tessera_ref.numerics import rng
+    n = 1000
+    kb = T.KernelBuilder("u", [("Y", T.buffer((n,), fmt), True)])
+    i = kb.linear_id()
+    kb.if_(kb.binary("lt", i, n), then=lambda: kb.store(kb.params[0], [i], kb.uniform(i, fmt, seed=42)) or [])
+    module = kb.finish()
+    outs = []
+    for grid, lanes in ((8, 128), (32, 32)):
+        y = np.zeros(n, dtype(fmt))
+        launch_module(backend, module, [y], grid=grid, lanes=lanes)
+        outs.append(y)
+    assert_bits(outs[0], outs[1])
+    assert_bits(outs[0], rng.uniform(rng.RNGKey(42), np.arange(n, dtype=np.uint64), dtype(fmt)))
+    if fmt == "f64":
+        assert [float.hex(float(v)) for v in outs[0][:4]] == ["0x1.d1c7c71134f38p-3", "0x1.fba0c203474b2p-2",
+                                                            "0x1.4aa2c383823bcp-1", "0x1.c13352a27805dp-1"]

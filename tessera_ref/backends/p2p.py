@@ -1,0 +1,311 @@
+"""The canonical collectives written once over point-to-point messages (DESIGN §14; docs/spec/
+mesh.md MESH-MP-4, BACKEND-COMM-1).
+
+A :class:`P2PCommunicator` carries out every collective of :mod:`tessera_ref.dist` on the
+stacked values of this process's box of a mesh (MESH-MP-2). Whatever a collective needs from
+the devices of its own box it does with array operations; what it needs from other processes
+it moves with one :meth:`Transport.exchange` — a grouped set of sends and receives (MPI's
+``Isend``/``Irecv``, NCCL's ``groupStart``/``send``/``recv``/``groupEnd``). Libraries' own
+reductions are never used: their order is not ascending (MESH-MP-4).
+
+**Reduction (NUM-RED-3/4).** The elements of the reduced value are cut into one chunk per
+process of the group. Every process sends each chunk's contributions (one per device of its
+box) to the chunk's owner; the owner lays out all contributions in ascending device order and
+folds them with :func:`fold_ranks` — the accum format, rounded once — then sends its folded
+chunk to every process of the group (an all-gather). Each process sends ``(p−1)/p`` of its
+contributions and ``(p−1)/p`` of the result, a ring's bytes. Work is done in rounds of at most
+:data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded. Exact sums
+(an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each process and
+merged exactly, which no order changes.
+
+Messages match by program order (every process issues the same exchanges in the same order),
+so a program issues its cross-process collectives from one thread.
+
+In one process there is nothing to move and every collective is the in-process fold (the
+``interp`` backend's simulated communicator is this class over :data:`ONE_PROCESS`).
+"""
+from __future__ import annotations
+
+import abc
+import math
+import os
+import pickle
+import threading
+
+import numpy as np
+
+from ..dist.world import World, placement, world
+from ..errors import BackendError
+from ..numerics import ExactAccumulator, cast
+from ..numerics.arith import accum_op, to_accum
+from ..numerics.reduce import extreme_last_axis
+from .base import Communicator
+
+__all__ = ["Transport", "ONE_PROCESS", "P2PCommunicator", "fold_ranks", "register_transport", "world_transport",
+           "mesh_communicator", "ROUND_BYTES", "timeout"]
+
+#: The most bytes of contributions one process sends in one round of a reduction.
+ROUND_BYTES = 1 << 24
+
+
+def fold_ranks(values: np.ndarray, op: str, policy) -> np.ndarray:
+    """Fold axis 0 of ``values`` (one entry per rank, ascending) with ``op`` in the accum
+    format, then convert once into storage (NUM-RED-3; an exact sum under ``reduction="exact"``)."""
+    accum = policy.accum
+    if policy.reduction == "exact" and op == "sum":
+        acc = ExactAccumulator(values.shape[1:], "f64" if policy.storage.name == "f64" else "f32")
+        return acc.add(values, axis=0).round(policy.storage, rounding=policy.rounding, overflow=policy.overflow)
+    with np.errstate(all="ignore"):
+        if op in ("max", "min"):
+            acc = extreme_last_axis(np.moveaxis(to_accum(values, accum), 0, -1), op)
+        else:
+            acc = to_accum(values[0], accum)
+            for g in range(1, values.shape[0]):
+                acc = accum_op("add" if op == "sum" else "mul", acc, values[g], accum=accum)
+    return cast(acc, policy.storage, rounding=policy.rounding, overflow=policy.overflow)
+
+
+def timeout() -> float:
+    """Seconds a transport waits for a peer (``TESSERA_COMM_TIMEOUT``, default 120)."""
+    text = os.environ.get("TESSERA_COMM_TIMEOUT", "120")
+    try:
+        return float(text)
+    except ValueError:
+        raise BackendError(f"TESSERA_COMM_TIMEOUT={text!r} is not a number of seconds",
+                           fix="set it to e.g. 60") from None
+
+
+class Transport(abc.ABC):
+    """Point-to-point messages between the processes of one program (``rank`` of ``size``).
+    ``bytes_sent`` counts the payload bytes this process has sent."""
+
+    name = ""
+    rank = 0
+    size = 1
+
+    def __init__(self) -> None:
+        self.bytes_sent = 0
+
+    @abc.abstractmethod
+    def exchange(self, outgoing: dict, incoming: dict) -> dict:
+        """Send ``outgoing[r]`` (an array) to rank ``r`` and receive from every rank ``s`` of
+        ``incoming`` an array of ``incoming[s] = (shape, dtype)``, all posted together (no
+        order among them can deadlock); returns ``{s: array}``. Never waits forever: a peer
+        that does not answer is a :class:`BackendError` naming it."""
+
+    def exchange_objects(self, outgoing: dict, sources) -> dict:
+        """:meth:`exchange` for picklable objects (sizes first, then the bytes)."""
+        blobs = {r: np.frombuffer(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
+                 for r, o in outgoing.items()}
+        sizes = self.exchange({r: np.array([b.size], dtype=np.int64) for r, b in blobs.items()},
+                              {s: ((1,), np.int64) for s in sources})
+        data = self.exchange(blobs, {s: ((int(n[0]),), np.uint8) for s, n in sizes.items()})
+        return {s: pickle.loads(b.tobytes()) for s, b in data.items()}
+
+
+class _OneProcess(Transport):
+    """The world of one process: there is nobody to send to."""
+
+    name = "simulated"
+
+    def exchange(self, outgoing: dict, incoming: dict) -> dict:
+        if outgoing or incoming:
+            raise BackendError(f"a one-process transport was asked to reach ranks {sorted({*outgoing, *incoming})}",
+                               fix="run the program under tessera-ref launch or mpiexec")
+        return {}
+
+
+#: The transport of a program that is one process.
+ONE_PROCESS = _OneProcess()
+
+_TRANSPORTS: dict = {}   # name -> factory, filled by the transports' modules (backends.mpi, backends.cuda.nccl)
+_OPEN: dict = {}         # name -> the transport this process opened
+_LOCK = threading.Lock()
+
+
+def register_transport(name: str, factory) -> None:
+    """Make ``factory()`` (returning a :class:`Transport`) the transport ``name``; the modules
+    that implement transports call this on import (they sit above this one)."""
+    _TRANSPORTS[name] = factory
+
+
+def world_transport(name: str = "mpi") -> Transport:
+    """This process's transport ``name``, opened once per process."""
+    with _LOCK:
+        if name not in _OPEN:
+            if name not in _TRANSPORTS:
+                raise BackendError(f"no multi-process transport named {name!r}",
+                                   fix=f"use one of {sorted(_TRANSPORTS)} (TESSERA_TRANSPORT)")
+            _OPEN[name] = _TRANSPORTS[name]()
+        return _OPEN[name]
+
+
+class P2PCommunicator(Communicator):
+    """The collectives of ``mesh`` on this process's box, over ``transport`` (module docstring)."""
+
+    def __init__(self, mesh, transport: Transport = ONE_PROCESS):
+        super().__init__(mesh)
+        self.transport = transport
+        self.place = placement(mesh, World(transport.rank, transport.size, world().devices_per_process))
+        self.name = transport.name
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _expand(self, local: np.ndarray, positions) -> np.ndarray:
+        """``local`` broadcast to the box's size along the mesh axes at ``positions``."""
+        shape = list(local.shape)
+        for i in positions:
+            shape[i] = self.place.box[i]
+        return np.broadcast_to(local, tuple(shape))
+
+    def _join(self, stacked: np.ndarray, i: int) -> np.ndarray:
+        """``stacked`` with the boxes of the group along mesh axis ``i`` joined in order."""
+        group = self.place.group((i,))
+        if len(group) == 1:
+            return stacked
+        me = self.transport.rank
+        block = np.ascontiguousarray(stacked)
+        got = self.transport.exchange({r: block for r in group if r != me},
+                                      {r: (block.shape, block.dtype) for r in group if r != me})
+        got[me] = block
+        return np.concatenate([got[r] for r in group], axis=i)
+
+    def _global_ranks(self, positions, group) -> np.ndarray:
+        """For each (process of ``group``, device of its box) along ``positions``, in that order,
+        the device's rank in the collective group (row-major over the mesh axes at ``positions``)."""
+        box = [self.place.box[p] for p in positions]
+        sizes = [self.mesh.shape[p] for p in positions]
+        ranks = []
+        for r in group:
+            at = np.unravel_index(r, self.place.grid)
+            for local in np.ndindex(*box):
+                ranks.append(np.ravel_multi_index(tuple(at[p] * b + c for p, b, c in zip(positions, box, local)),
+                                                  sizes))
+        return np.array(ranks)
+
+    # -- the collectives -------------------------------------------------------------------------
+    def reduce(self, stacked, axes: tuple, op: str, policy):
+        positions = sorted(self.mesh.axis_index(a) for a in axes)
+        group = self.place.group(positions)
+        if isinstance(stacked, ExactAccumulator):
+            return self._reduce_exact(stacked.sum_axes(tuple(positions)), group)
+        moved = np.moveaxis(self._expand(stacked, positions), positions, list(range(len(positions))))
+        count = math.prod(moved.shape[:len(positions)])
+        rest = moved.shape[len(positions):]
+        contributions = moved.reshape((count,) + rest)
+        if len(group) == 1:
+            folded = fold_ranks(contributions, op, policy)
+        else:
+            folded = self._reduce_across(contributions.reshape(count, -1), positions, group, op, policy)
+            folded = folded.reshape(rest)
+        return np.expand_dims(folded, tuple(positions))
+
+    def _reduce_exact(self, acc: ExactAccumulator, group: list) -> ExactAccumulator:
+        me = self.transport.rank
+        if len(group) == 1:
+            return acc
+        got = self.transport.exchange_objects({r: acc for r in group if r != me}, [r for r in group if r != me])
+        for r in group:  # an exact sum: the order of the merges does not change it
+            if r != me:
+                acc.merge(got[r])
+        return acc
+
+    def _reduce_across(self, contributions: np.ndarray, positions, group: list, op: str, policy) -> np.ndarray:
+        """The ascending fold of every process's ``contributions`` ([devices of the box, n]):
+        a reduce-scatter to chunk owners, then an all-gather of the folded chunks."""
+        me, p = self.transport.rank, len(group)
+        count, n = contributions.shape
+        if n == 0:
+            return fold_ranks(contributions, op, policy)  # nothing to fold: the empty result's type
+        order = np.argsort(self._global_ranks(positions, group), kind="stable")
+        step = max(p, ROUND_BYTES // max(1, count * contributions.itemsize))
+        pieces = []
+        for start in range(0, n, step):
+            block = contributions[:, start:start + step]
+            bounds = np.linspace(0, block.shape[1], p + 1).astype(int)
+            mine = group.index(me)
+            lo, hi = bounds[mine], bounds[mine + 1]
+            got = self.transport.exchange(
+                {r: np.ascontiguousarray(block[:, bounds[q]:bounds[q + 1]]) for q, r in enumerate(group) if r != me},
+                {r: ((count, hi - lo), block.dtype) for r in group if r != me})
+            got[me] = block[:, lo:hi]
+            everyone = np.concatenate([got[r] for r in group], axis=0)[order]
+            folded = np.ascontiguousarray(fold_ranks(everyone, op, policy))
+            out_dtype = folded.dtype
+            chunks = self.transport.exchange(
+                {r: folded for r in group if r != me},
+                {r: ((bounds[q + 1] - bounds[q],), out_dtype) for q, r in enumerate(group) if r != me})
+            chunks[me] = folded
+            pieces.append(np.concatenate([chunks[r] for r in group]))
+        return np.concatenate(pieces)
+
+    def all_gather(self, stacked, axis: str, dim: int):
+        i, m = self.mesh.axis_index(axis), self.mesh.ndim
+        whole = self._join(stacked, i)
+        moved = np.moveaxis(whole, i, m + dim - 1)  # mesh axis i now sits just before the dimension
+        merged = moved.reshape(moved.shape[:m + dim - 1] + (-1,) + moved.shape[m + dim + 1:])
+        return np.expand_dims(merged, i)
+
+    def gather_boxes(self, stacked, axes: tuple):
+        for a in axes:
+            stacked = self._join(stacked, self.mesh.axis_index(a))
+        return stacked
+
+    def broadcast(self, stacked, axis: str, root: int):
+        i = self.mesh.axis_index(axis)
+        group = self.place.group((i,))
+        owner, at = group[root // self.place.box[i]], root % self.place.box[i]
+        me = self.transport.rank
+        if stacked.shape[i] == 1:
+            at = 0
+        if len(group) == 1:
+            return np.take(stacked, [at], axis=i)
+        if me == owner:
+            value = np.ascontiguousarray(np.take(stacked, [at], axis=i))
+            self.transport.exchange({r: value for r in group if r != me}, {})
+            return value
+        shape = stacked.shape[:i] + (1,) + stacked.shape[i + 1:]
+        return self.transport.exchange({}, {owner: (shape, stacked.dtype)})[owner]
+
+    def send(self, stacked, dst, tag: int):
+        return stacked  # device i of both sub-meshes belongs to one process (MESH-MP-2): nothing moves
+
+    def recv(self, posted, src, tag: int):
+        return posted
+
+    def permute(self, stacked, axis: str, pairs: list):
+        i = self.mesh.axis_index(axis)
+        src = self._expand(stacked, (i,))
+        out = np.zeros(src.shape, dtype=src.dtype)
+        group, b = self.place.group((i,)), self.place.box[i]
+        me = self.transport.rank
+
+        def owner_of(rank):
+            return group[rank // b]
+
+        def ix(rank):  # where the device of rank ``rank`` along the axis sits in its owner's box
+            return (slice(None),) * i + (rank % b,)
+
+        outgoing, incoming = {}, {}
+        for s, d in pairs:
+            if owner_of(s) == me and owner_of(d) == me:
+                out[ix(d)] = src[ix(s)]
+            elif owner_of(s) == me:
+                outgoing.setdefault(owner_of(d), []).append(src[ix(s)])
+            elif owner_of(d) == me:
+                incoming.setdefault(owner_of(s), []).append(d)
+        piece = src.shape[:i] + src.shape[i + 1:]
+        got = self.transport.exchange({r: np.ascontiguousarray(np.stack(v)) for r, v in outgoing.items()},
+                                      {r: ((len(ds),) + piece, src.dtype) for r, ds in incoming.items()})
+        for r, ds in incoming.items():
+            for k, d in enumerate(ds):
+                out[ix(d)] = got[r][k]
+        return out
+
+
+def mesh_communicator(mesh) -> P2PCommunicator:
+    """The communicator of ``mesh`` for this process, for any backend whose values live on the
+    host: over :data:`ONE_PROCESS` when this process owns the whole mesh, else over the world's
+    transport (``TESSERA_TRANSPORT``, default ``mpi``)."""
+    if placement(mesh).single:
+        return P2PCommunicator(mesh)
+    return P2PCommunicator(mesh, world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi")))

@@ -1,0 +1,67 @@
+"""Running programs as real processes from the tests: plain Python (one process), ``mpiexec``
+and ``tessera-ref launch``, each with a time limit (a hang fails the test instead of the CI job)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+PROGRAMS = HERE / "programs.py"
+
+
+def environment(**extra) -> dict:
+    """This environment with the worktree first on the path and no launcher variables of ours."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "TESSERA_DEVICES_PER_PROCESS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "conformance"), env.get("PYTHONPATH", "")])
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def mpiexec() -> str:
+    """The MPI runtime's launcher; the test is skipped without mpi4py and one."""
+    pytest.importorskip("mpi4py")
+    from tessera_ref.cli.launch import mpiexec as find
+    found = find()
+    if found is None:
+        pytest.skip("no mpiexec (pip install mpich)")
+    return found
+
+
+def run(command: list, *, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """``command`` with :func:`environment`; its output (a hang past ``timeout`` fails the test)."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            env=environment(**env), start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the launcher, mpiexec and every rank it started
+        out, err = proc.communicate()
+        pytest.fail(f"{command} did not finish in {timeout} s: {out!r} {err!r}")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def one_process(*names: str, **env) -> str:
+    done = run([sys.executable, str(PROGRAMS), *names], **env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def ranks(n: int, *names: str, **env) -> str:
+    """Rank 0's output of ``programs.py NAMES`` as ``n`` processes under ``mpiexec``."""
+    done = run([mpiexec(), "-n", str(n), sys.executable, str(PROGRAMS), *names], **env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def launch(n: int, script, *args, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """``tessera-ref launch -n n script args`` (the mpiexec it needs, or a skip)."""
+    mpiexec()
+    return run([sys.executable, "-m", "tessera_ref", "launch", "-n", str(n), str(script), *map(str, args)],
+               timeout=timeout, **env)

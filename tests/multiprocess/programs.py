@@ -1,0 +1,124 @@
+"""Programs the multi-process tests run on 1, 2 and 4 processes (``python programs.py NAME``
+or under ``mpiexec``/``tessera-ref launch``). Rank 0 prints one line per result: a name and
+the SHA-256 of its bits (or the bits themselves), which must not depend on the process count."""
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+
+from tessera_ref import dist, grad, jit, op
+from tessera_ref.dist.world import world
+from tessera_ref.numerics import Policy
+
+S = dist.ShardSpec
+
+
+def emit(name: str, value) -> None:
+    """Print ``name`` and the digest of ``value``'s bits, on rank 0."""
+    value = np.ascontiguousarray(value)
+    if world().rank == 0:
+        print(name, value.dtype, value.shape, hashlib.sha256(value.tobytes()).hexdigest()[:16], flush=True)
+
+
+def order() -> None:
+    """A sum whose bits depend on the order: contributions (1, 2^-24, 2^-24, 2^-24) and their
+    negations per element; printed as bits so that the test can check them by hand."""
+    mesh = dist.Mesh(("r",), range(4))
+    tiny = np.float32(2.0 ** -24)
+    shards = [np.array([1.0, -1.0, tiny, tiny], np.float32), np.array([tiny, -tiny, 1.0, tiny], np.float32),
+              np.array([tiny, -tiny, tiny, tiny], np.float32), np.array([tiny, -tiny, tiny, 1.0], np.float32)]
+    x = dist.from_shards(shards, S(None, ("r",), reduce="sum"), mesh)
+    out = dist.all_reduce(x, axis="r").numpy()
+    if world().rank == 0:
+        print("order", " ".join(f"{b:08x}" for b in out.view(np.uint32)), flush=True)
+
+
+def partial(mesh, axes, reduce, policy, seed):
+    """A pending ``reduce`` over ``axes`` of (8, 16) values, each device's contribution its own
+    (drawn for its coordinates along ``axes``; the same along the other axes)."""
+    shards = []
+    for d in range(mesh.size):
+        c = mesh.coords(d)
+        key = sum(c[a] * 10 ** k for k, a in enumerate(axes))
+        shards.append(np.random.default_rng(seed * 1000 + key).standard_normal((8, 16)).astype(np.float32))
+    return dist.from_shards(shards, S(None, axes, reduce=reduce), mesh, dtype=policy)
+
+
+def collectives() -> None:
+    """Every collective on an 8-device (dp=2, tp=4) mesh and its (tp=4, dp=2) twin."""
+    for axes, shape in ((("dp", "tp"), (2, 4)), (("tp", "dp"), (4, 2))):
+        mesh = dist.Mesh(axes, range(8), shape)
+        tag = "".join(axes)
+        for policy in ("f32", Policy("bf16", accum="f32"), Policy("f32", reduction="exact")):
+            pname = policy if isinstance(policy, str) else f"{policy.storage.name}-{policy.reduction}"
+            for op_ in ("sum", "max", "min", "prod", "avg"):
+                if op_ != "sum" and pname.endswith("exact"):
+                    continue
+                base = "sum" if op_ == "avg" else op_
+                y = partial(mesh, ("tp",), base, policy, seed=11)
+                emit(f"{tag} {pname} all_reduce(tp) {op_}", dist.all_reduce(y, axis="tp", op=op_).numpy())
+            z = partial(mesh, ("dp", "tp"), "sum", policy, seed=13)
+            emit(f"{tag} {pname} all_reduce(dp,tp)", dist.all_reduce(z, axis=("dp", "tp")).numpy())
+            if not pname.endswith("exact"):
+                emit(f"{tag} {pname} reduce_scatter(tp)", dist.collective.reduce_scatter(z, axis="tp", dim=0).numpy())
+        exact = Policy("f32", reduction="exact")  # a K split under exact mode: partial sums held exactly
+        a = dist.tensor((8, 16), S(("col",), ("tp",)), mesh, dtype=exact, init="randn", seed=16)
+        b = dist.tensor((16, 8), S(("row",), ("tp",)), mesh, dtype=exact, init="randn", seed=17)
+        emit(f"{tag} exact matmul all_reduce(tp)", dist.all_reduce(op.matmul(a, b), axis="tp").numpy())
+        w = dist.tensor((8, 16), S(("row", "col"), ("tp", "dp")), mesh, init="randn", seed=15)
+        emit(f"{tag} all_gather(dp)", dist.all_gather(w, axis="dp").numpy())
+        emit(f"{tag} broadcast(tp, 3)", dist.broadcast(w, axis="tp", root=3).numpy())
+        emit(f"{tag} permute(tp, +1)", dist.permute(w, axis="tp", perm=1).numpy())
+        emit(f"{tag} permute(tp, pairs)", dist.permute(w, axis="tp", perm=[(0, 3), (3, 1)]).numpy())
+        emit(f"{tag} all_to_all(tp)", dist.all_to_all(w, axis="tp", split_dim=1, concat_dim=0).numpy())
+        emit(f"{tag} numpy", w.numpy())
+
+
+def train() -> None:
+    """A TP+DP training step (an MLP: W1 by columns and W2 by rows over tp, the batch over dp):
+    the loss and both gradients, traced once with jit, on both axis orders."""
+    for axes, shape in ((("dp", "tp"), (2, 4)), (("tp", "dp"), (4, 2))):
+        mesh = dist.Mesh(axes, range(8), shape)
+        x = dist.tensor((4, 8, 16), S(("batch",), ("dp",)), mesh, init="randn", seed=1)
+        W1 = dist.tensor((16, 32), S(("col",), ("tp",)), mesh, init="randn", seed=2)
+        W2 = dist.tensor((32, 16), S(("row",), ("tp",)), mesh, init="randn", seed=3)
+
+        @jit
+        def block(x, W1, W2):
+            return dist.collective.reduce_scatter(op.gemm(op.gelu(op.gemm(x, W1)), W2), axis="tp", dim=1)
+
+        def loss(W1, W2):
+            return op.mean(block(x, W1, W2) ** 2.0)
+
+        g1, g2 = grad(loss, argnums=(0, 1))(W1, W2)
+        tag = "".join(axes)
+        emit(f"{tag} block", block(x, W1, W2).numpy())
+        emit(f"{tag} gW1", g1.numpy())
+        emit(f"{tag} gW2", g2.numpy())
+
+
+def stages() -> None:
+    """Two pipeline stages (sub-meshes pp=0 and pp=1 of a pp=2 x tp=4 mesh): stage 0 computes,
+    sends to stage 1 (MESH-COLL-7), which computes on what it received."""
+    mesh = dist.Mesh(("pp", "tp"), range(8), (2, 4))
+    first, second = mesh.sub(pp=0), mesh.sub(pp=1)
+    x = dist.tensor((8, 16), S(("row",), ("tp",)), first, init="randn", seed=21)
+    W = dist.tensor((16, 16), S(("col",), ("tp",)), second, init="randn", seed=22)
+    with dist.mailbox_scope():
+        dist.send(op.gelu(x), second)
+        h = dist.recv(first, second)
+    y = dist.all_gather(h, axis="tp") @ W
+    emit("stages", y.numpy())
+
+
+def small_rounds() -> None:
+    """Reductions from here on move at most 64 bytes of contributions per round."""
+    from tessera_ref.backends import p2p
+    p2p.ROUND_BYTES = 64
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        globals()[name]()

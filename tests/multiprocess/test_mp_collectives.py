@@ -1,0 +1,59 @@
+"""The canonical collectives across real processes (MESH-MP-4): ``mpiexec -n 2`` and ``-n 4``
+give the bits of one process, and a sum whose bits depend on the order is the ascending fold."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _ranks import one_process, ranks
+
+
+def _ascending(values) -> np.float32:
+    """((x0 + x1) + x2) + x3 in f32, one rounding per addition (NumPy's f32 add is IEEE)."""
+    acc = np.float32(values[0])
+    for v in values[1:]:
+        acc = np.float32(acc + np.float32(v))
+    return acc
+
+
+def test_a_sum_across_processes_is_the_ascending_fold_whose_bits_differ_from_pairwise():
+    t = 2.0 ** -24
+    contributions = [[1.0, t, t, t], [-1.0, -t, -t, -t], [t, 1.0, t, t], [t, t, t, 1.0]]  # per element, by rank
+    want = [_ascending(c) for c in contributions]
+    pairwise = [np.float32(np.float32(c[0] + np.float32(c[1])) + np.float32(np.float32(c[2]) + np.float32(c[3])))
+                for c in contributions]
+    # hand-checked: 1 + 2^-24 rounds back to 1 (ties to even), so the ascending fold of the first
+    # element is 1 and of the last 1 + 3·2^-24 -> 1 + 2^-22; pairwise gives 1 + 2^-23 for the first
+    assert [f"{np.float32(w).view(np.uint32):08x}" for w in want] == ["3f800000", "bf800000", "3f800000", "3f800002"]
+    assert [p.view(np.uint32) for p in pairwise] != [w.view(np.uint32) for w in want]
+    line = "order " + " ".join(f"{np.float32(w).view(np.uint32):08x}" for w in want) + "\n"
+    assert one_process("order") == line
+    assert ranks(2, "order") == line
+    assert ranks(4, "order") == line
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_every_collective_gives_the_bits_of_one_process(n):
+    single = one_process("collectives")
+    assert len(single.splitlines()) == 46
+    assert ranks(n, "collectives") == single
+
+
+def test_reductions_in_small_rounds_give_the_same_bits():
+    """Scratch-bounded rounds (``programs.py small_rounds`` sets ROUND_BYTES to 64 bytes) cut
+    each reduction into many exchanges; the bits do not change."""
+    assert ranks(4, "small_rounds", "collectives") == one_process("collectives")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_tp_dp_training_step_gives_the_bits_of_one_process(n):
+    single = one_process("train")
+    assert len(single.splitlines()) == 6
+    assert ranks(n, "train") == single
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_send_and_recv_between_pipeline_stages_give_the_bits_of_one_process(n):
+    single = one_process("stages")
+    assert single.startswith("stages float32 (8, 16)")
+    assert ranks(n, "stages") == single

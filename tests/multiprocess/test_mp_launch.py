@@ -1,0 +1,73 @@
+"""``tessera-ref launch`` (MESH-MP-5): the same output as one process, and every failure ends
+with an error naming the rank, within a bounded time, never a hang."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from _ranks import HERE, PROGRAMS, launch, mpiexec, one_process, run
+
+FAILURES = HERE / "failures.py"
+
+
+def test_launch_prints_what_one_process_prints():
+    done = launch(4, PROGRAMS, "order", "train")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == one_process("order", "train")   # only rank 0's output is shown
+
+
+def test_launch_sets_torchruns_variables(tmp_path):
+    script = tmp_path / "env.py"
+    script.write_text("import os, sys\nsys.stdout.write(' '.join(os.environ[v] for v in ('RANK', 'WORLD_SIZE', "
+                      "'LOCAL_RANK', 'MASTER_ADDR', 'TESSERA_DEVICES_PER_PROCESS')) + '\\n')\n")  # one write a line
+    mpiexec()
+    done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "2", "--all-output", "--devices-per-process", "3",
+                str(script)])
+    assert sorted(done.stdout.splitlines()) == ["0 2 0 127.0.0.1 3", "1 2 1 127.0.0.1 3"]
+
+
+def test_a_killed_rank_stops_every_rank_and_is_named():
+    start = time.monotonic()
+    done = launch(2, FAILURES, "kill", timeout=60)
+    assert time.monotonic() - start < 30
+    assert done.returncode == 1
+    assert "rank 1 died (killed, signal 9); the runtime stopped the others" in done.stderr
+
+
+def test_a_raising_rank_stops_every_rank_with_its_error():
+    done = launch(2, FAILURES, "raise", timeout=60)
+    assert done.returncode == 1
+    assert "[rank 1] error: MeshError: device 'cuda:0'" in done.stderr
+    assert "rank 1 failed: MeshError" in done.stderr
+    assert "gathered" not in done.stdout
+
+
+def test_a_peer_that_never_answers_is_named_after_the_timeout():
+    mpiexec()
+    start = time.monotonic()
+    done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "2", "--timeout", "3", str(FAILURES), "skip"],
+               timeout=60)
+    assert time.monotonic() - start < 40
+    assert done.returncode == 1
+    assert "rank 0 failed: BackendError: rank 0: no answer from rank(s) [1] in 3 s" in done.stderr
+
+
+def test_a_mesh_that_does_not_match_the_world_is_a_mesh_error():
+    done = launch(3, FAILURES, "none", timeout=60)
+    assert done.returncode == 1
+    assert "3 processes cannot each own a box of Mesh(r=4" in done.stderr and "e.g. one of [1, 2, 4]" in done.stderr
+
+
+def test_mismatched_world_sizes_are_an_error():
+    done = run([mpiexec(), "-n", "2", sys.executable, str(FAILURES), "none"], timeout=60, RANK=0, WORLD_SIZE=4)
+    assert done.returncode != 0
+    assert "mismatched world sizes" in done.stdout + done.stderr
+
+
+def test_launch_refuses_what_it_cannot_start(tmp_path):
+    done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "0", str(FAILURES)])
+    assert done.returncode == 2 and "the number of processes is at least 1" in done.stderr
+    done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "2", str(tmp_path / "missing.py")])
+    assert done.returncode == 2 and "no such file" in done.stderr
