@@ -69,6 +69,11 @@ def _nth(pattern, replace, n=0):
     return plant
 
 
+def _swap(a, b):
+    """A plant: the strings ``a`` and ``b`` exchanged (two registers of a fragment)."""
+    return lambda text: text.replace(a, "\0").replace(b, a).replace("\0", b)
+
+
 def _line_of(text, pattern, n=0):
     return text[:list(re.finditer(pattern, text))[n].start()].count("\n") + 1
 
@@ -92,8 +97,7 @@ MUTANTS = {
                      (K_LOOP, 0)),
     "off-by-one bound": ("softmax_100", _nth(r"(bool v\d+ = v\d+) < (v\d+);", r"\1 <= \2;", 1),
                          (r"float v\d+ = x\[", 1)),  # the read one past the row: past the end in the last row
-    "swapped mma fragment register": ("matmul_tc", _nth(r'"r"\(fa\[0\]\[1\]\), "r"\(fa\[0\]\[2\]\)',
-                                                        '"r"(fa[0][2]), "r"(fa[0][1])'), (r"mma\.sync", 0)),
+    "swapped mma fragment register": ("matmul_tc", _swap("fa[0][1] = ", "fa[0][2] = "), (r"tsr_mma_m16n8k16", 0)),
     "barrier in a divergent branch": ("matmul_f32", _nth(BARRIER, "if (threadIdx.x < 64) __syncthreads();"),
                                       (BARRIER, 0)),
 }

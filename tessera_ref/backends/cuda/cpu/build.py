@@ -5,10 +5,10 @@ itself, line for line (under ``#line 1``, so
 ``__LINE__`` and g++'s messages name CUDA source lines), followed by one
 ``TSR_CPU_LAUNCHER(kernel)`` per kernel: ``extern "C" int tsr_launch_<kernel>(grid, lanes,
 args, options, result)``. The include path puts ``include/`` (the twin's stand-ins for
-``cuda_fp16.h`` … and ``tessera_cpu.h``) before the directory of ``tessera_device.cuh``. The
-one rewrite: each inline-PTX ``mma.sync.aligned.m16n8k16`` statement the renderer writes
-becomes ``TSR_CPU_MMA(...)`` on the same line with the same operands; any other ``asm`` is a
-:class:`UnsupportedPTX` naming its line. Flags :data:`FLAGS`: ``-O2 -fno-fast-math
+``cuda_fp16.h`` … and ``tessera_cpu.h``) before the directory of ``tessera_device.cuh``.
+Inline PTX (an ``asm`` statement) in the kernel text has no CPU twin: an
+:class:`UnsupportedPTX` naming its line (the renderer writes none; the device header's PTX
+is what the twin replaces). Flags :data:`FLAGS`: ``-O2 -fno-fast-math
 -ffp-contract=off`` (an fma only where the source calls ``fmaf``/``fma``), ``-g`` (the line
 table names the CUDA line of a memory fault). Shared libraries
 are cached under ``$TESSERA_CACHE_DIR/cuda-cpu`` (default ``~/.cache/tessera_ref``), keyed by
@@ -49,33 +49,21 @@ class UnsupportedPTX(BackendError):
     """Inline PTX the harness has no CPU twin for (the message names the CUDA line)."""
 
 
-_MMA = re.compile(r'asm volatile\("mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(bf16|f16)\.\1\.f32 '
-                  r'\{%0, %1, %2, %3\}, \{%4, %5, %6, %7\}, \{%8, %9\}, \{%0, %1, %2, %3\};\\n" : (.*) : (.*)\);')
-_OPERAND = re.compile(r'"[+=]?[a-z]"\(([^()]*)\)')
-
-
-def _rewrite_asm(text: str, locations: dict) -> str:
-    lines = text.split("\n")
-    for n, line in enumerate(lines, 1):
-        if "asm" not in line or not re.search(r"\basm\b", line.split("//")[0]):
-            continue
-        m = _MMA.search(line)
-        outs, ins = (_OPERAND.findall(m.group(2)), _OPERAND.findall(m.group(3))) if m else ((), ())
-        if len(outs) != 4 or len(ins) != 6:
+def _refuse_asm(text: str, locations: dict) -> None:
+    for n, line in enumerate(text.split("\n"), 1):
+        if re.search(r"\basm\b", line.split("//")[0]):
             where = locations.get(n, "")
             raise UnsupportedPTX(f"the CUDA-on-CPU harness has no CPU twin for the inline PTX of CUDA line {n}: "
                                  f"{line.strip()[:160]}" + (f"\n  from the Tile IR op at {where}" if where else ""),
                                  location=where or None,
                                  fix="run this kernel on the 'interp' backend (or on a GPU with 'cuda'); the harness "
-                                     "runs cp.async, shuffles, votes, ldmatrix and mma.sync.m16n8k16 (bf16, f16)")
-        fmt = "tsr_cpu::BF16" if m.group(1) == "bf16" else "tsr_cpu::F16"
-        lines[n - 1] = line[:m.start()] + f"TSR_CPU_MMA({fmt}, {', '.join(outs + ins)});" + line[m.end():]
-    return "\n".join(lines)
+                                     "runs the device header's cp.async, shuffles, ldmatrix and m16n8k16 mma.sync")
 
 
 def translation_unit(source, kernels) -> str:
     """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching ``kernels``."""
-    text = _rewrite_asm(source.text, getattr(source, "locations", {}))
+    text = source.text
+    _refuse_asm(text, getattr(source, "locations", {}))
     launchers = "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
     return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + launchers
 

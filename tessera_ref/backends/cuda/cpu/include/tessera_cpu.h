@@ -92,23 +92,44 @@ inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 inline __half __ushort_as_half(unsigned short x) { return {x}; }
 inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }
 
-template <> struct tsr_cvt_to<__half> {
-  static inline __half from(double x) { return {(unsigned short)tsr_cvt_bits_f16(x)}; }
-};
-template <> struct tsr_cvt_to<__nv_bfloat16> {
-  static inline __nv_bfloat16 from(double x) { return {(unsigned short)tsr_cvt_bits_bf16(x)}; }
-};
-template <> struct tsr_cvt_to<__nv_fp8_e4m3> {
-  static inline __nv_fp8_e4m3 from(double x) { return {(__nv_fp8_storage_t)tsr_cvt_bits_e4m3(x)}; }
-};
-template <> struct tsr_cvt_to<__nv_fp8_e5m2> {
-  static inline __nv_fp8_e5m2 from(double x) { return {(__nv_fp8_storage_t)tsr_cvt_bits_e5m2(x)}; }
-};
-// narrow sources widen exactly first (as on the device)
-template <class T> inline T tsr_cvt(__half x) { return tsr_cvt<T>((double)x); }
-template <class T> inline T tsr_cvt(__nv_bfloat16 x) { return tsr_cvt<T>((double)x); }
-template <class T> inline T tsr_cvt(__nv_fp8_e4m3 x) { return tsr_cvt<T>((double)x); }
-template <class T> inline T tsr_cvt(__nv_fp8_e5m2 x) { return tsr_cvt<T>((double)x); }
+inline unsigned short __half_as_ushort(__half x) { return x.__x; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.__x; }
+
+// the device half of tessera_device.cuh's conversions, for the twin's narrow types
+#define TSR_CPU_CVT_TO(T, TAG)                                                         \
+  template <> struct tsr_cvt_to<T> {                                                   \
+    template <int R, int O> static inline T from(double x, unsigned rb) {              \
+      T r;                                                                             \
+      r.__x = (decltype(r.__x))tsr_fmt<TAG>::code(x, R, O, rb);                        \
+      return r;                                                                        \
+    }                                                                                  \
+  };
+TSR_CPU_CVT_TO(__half, tsr_f16_tag)
+TSR_CPU_CVT_TO(__nv_bfloat16, tsr_bf16_tag)
+TSR_CPU_CVT_TO(__nv_fp8_e4m3, tsr_e4m3_tag)
+TSR_CPU_CVT_TO(__nv_fp8_e5m2, tsr_e5m2_tag)
+#undef TSR_CPU_CVT_TO
+// narrow sources: NaN by their codes (the canonical quiet NaN of the sign), every other value exactly
+inline float tsr_cpu_nan_f32(unsigned neg) { return tsr_u2f(neg ? 0xffc00000u : 0x7fc00000u); }
+inline float tsr_wide(__half x) { return (x.__x & 0x7fffu) > 0x7c00u ? tsr_cpu_nan_f32(x.__x >> 15) : (float)x; }
+inline float tsr_wide(__nv_bfloat16 x) {
+  return (x.__x & 0x7fffu) > 0x7f80u ? tsr_cpu_nan_f32(x.__x >> 15) : (float)x;
+}
+inline float tsr_wide(__nv_fp8_e4m3 x) { return (x.__x & 0x7f) == 0x7f ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
+inline float tsr_wide(__nv_fp8_e5m2 x) { return (x.__x & 0x7f) > 0x7c ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
+#define TSR_CPU_NARROW(S)                                                                    \
+  template <class T, int R = TSR_RNE, int O = TSR_NATIVE> inline T tsr_cvt(S x) {                    \
+    return tsr_cvt<T, R, O>(tsr_wide(x));                                                            \
+  }                                                                                                  \
+  template <class T> inline T tsr_widen(S x) { return tsr_widen<T>(tsr_wide(x)); }
+TSR_CPU_NARROW(__half)
+TSR_CPU_NARROW(__nv_bfloat16)
+TSR_CPU_NARROW(__nv_fp8_e4m3)
+TSR_CPU_NARROW(__nv_fp8_e5m2)
+#undef TSR_CPU_NARROW
+template <class T, int O = TSR_NATIVE, class S> inline T tsr_cvt_sr(S x, unsigned rbits) {  // narrow sources
+  return tsr_cvt_sr<T, O>(tsr_wide(x), rbits);
+}
 // 16-bit arithmetic as cuda_fp16.hpp / cuda_bf16.hpp's operators on sm_80+ (HADD, HMUL …, one
 // rounding): the operation exact (or, for /, correctly rounded) in f64, then NUM-CVT's rounding
 // (f64 has more than 2·11 + 2 bits: no double-rounding error)
@@ -355,8 +376,7 @@ struct At {  // each operation records its line as the thread's current one (nam
 #define tsr_shfl_xor(x, offset) (tsr_cpu::At{__LINE__}.shfl_xor((x), (offset)))
 #define __shfl_xor_sync(mask, x, offset) (tsr_cpu::At{__LINE__}.shfl_xor((x), (offset)))
 #define __ballot_sync(mask, predicate) (tsr_cpu::At{__LINE__}.ballot(predicate))
-// the device header's mma entry points (the renderer writes the instruction inline; the harness
-// rewrites that asm statement into TSR_CPU_MMA on the same line, see harness.py)
+// the device header's m16n8k16 mma entry points (the renderer calls them); d may be c
 #define TSR_CPU_MMA(fmt, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1) \
   (tsr_cpu::At{__LINE__}.mma_m16n8k16(fmt, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1))
 #define tsr_mma_m16n8k16_bf16(d, a, b, c) \
