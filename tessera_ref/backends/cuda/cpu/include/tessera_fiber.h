@@ -454,6 +454,8 @@ inline int launch(Entry entry, const long* grid, int lanes, void** args, const t
   }
   guard(false, opt->smem);
   r.cur = nullptr;
+  for (unsigned char* stack : r.stacks) munmap(stack - 4096, STACK + 4096);  // many libraries stay loaded:
+  r.stacks.clear();                                                           // none keeps its stacks
   out->switches = r.switches;
   return ok ? 0 : 1;
 }
