@@ -346,7 +346,13 @@ class _Emitter:
         self.value(op, "threadIdx.x")
 
     def op_linear_id(self, op):
-        self.value(op, f"({self.idx})blockIdx.x * blockDim.x + threadIdx.x")
+        """TILE-MODEL-1: tiles row-major over the grid (the last axis fastest), then lanes; a
+        kernel whose grid is known to be one-dimensional needs only blockIdx.x."""
+        grid = self.func.attributes.get("launch.grid")
+        tile = f"({self.idx})blockIdx.x"
+        if grid is None or len(grid) > 1:
+            tile = f"(({tile} * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z)"
+        self.value(op, f"{tile} * blockDim.x + threadIdx.x")
 
     def op_tile_id(self, op):
         self.value(op, f"blockIdx.{'xyz'[op.attributes['axis']]}")
@@ -547,6 +553,9 @@ class _Emitter:
     def _owned(self, t, body, own=None) -> None:
         """``body(slot, m, n)`` for every fragment element this lane owns: cyclically, or by
         ``own``'s layout in a fully unrolled slot loop (constant register indices)."""
+        if len(t.shape) != 2:
+            raise LoweringError(f"the CUDA emitter handles fragments of rank 2 (rows x columns), got {t}",
+                                location=self.location, fix="use [rows, columns] fragments (a row vector is [1, n])")
         if own is not None:
             self.emit("#pragma unroll")
             self.emit(f"for (int s = 0; s < {own.values}; ++s) {{")

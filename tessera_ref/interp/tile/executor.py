@@ -32,7 +32,8 @@ from ...errors import KernelError
 from ...ir import Module, Operation
 from ...ir import tile as T
 from ...ir.fragment import layout_of, ownership
-from ...ir.types import IndexType, ScalarType, TensorType
+from ...ir.launch import kernel_arguments
+from ...ir.types import ScalarType, TensorType
 from ...numerics import get_format, rng, tc
 from ...numerics.arith import canonical_nan
 from ...numerics.reduce import dot_canonical, reduce_canonical
@@ -83,21 +84,6 @@ def _kernel_func(program, func):
                       fix="pass KernelBuilder.finish() or kernel.module")
 
 
-def _scalar_argument(name, t, value):
-    """Check a scalar argument: an integer for ``index``, a real number for a format."""
-    integral = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if isinstance(t, IndexType):
-        if integral and -2 ** 63 <= value < 2 ** 63:
-            return value
-        want = "an integer (int64)"
-    elif integral or isinstance(value, (float, np.floating)):
-        return value
-    else:
-        want = "a real number"
-    raise KernelError(f"argument {name!r} ({t}) must be {want}, got {value!r}",
-                      fix=f"pass {'an int' if isinstance(t, IndexType) else 'a float'} for {name!r}")
-
-
 class _Abort(Exception):
     """Raised to stop a run at the first finding (turned into the finding's error)."""
 
@@ -138,46 +124,23 @@ class Run:
 
     # -- arguments ----------------------------------------------------------------------
     def _bind(self, args) -> dict:
-        attrs = self.func.attributes
-        names, mut = list(attrs["tile.params"]), set(attrs["tile.mut"])
+        names = list(self.func.attributes["tile.params"])
+        mut = set(self.func.attributes["tile.mut"])
         params = self.func.regions[0].entry.args
-        if isinstance(args, dict):
-            missing = [n for n in names if n not in args]
-            if missing or len(args) != len(names):
-                raise KernelError(f"kernel @{attrs['sym_name']} takes {names}, got {sorted(args)}",
-                                  fix="pass one value per parameter")
-            args = [args[n] for n in names]
-        args = list(args)
-        if len(args) != len(names):
-            raise KernelError(f"kernel @{attrs['sym_name']} takes {len(names)} arguments {names}, got {len(args)}",
-                              fix="pass one value per parameter, in order")
-        sizes: dict = {}
+        for param in params:
+            _dtype(param.type)  # a format the interpreter does not run: named first
+        values, _ = kernel_arguments(self.func, args)  # TILE-EXEC-1
         out, base = {}, 0
-        for name, param, value in zip(names, params, args):
+        for name, param, value in zip(names, params, values):
             t = param.type
             if isinstance(t, TensorType):
-                dtype = _dtype(t)
-                if not isinstance(value, np.ndarray) or value.dtype != dtype or value.ndim != t.rank:
-                    raise KernelError(f"argument {name!r} must be a rank-{t.rank} NumPy array of dtype {dtype} "
-                                      f"(for {t}), got {getattr(value, 'dtype', type(value).__name__)} "
-                                      f"of shape {getattr(value, 'shape', None)}",
-                                      fix=f"pass np.asarray(x, dtype=np.{dtype})")
-                for axis, (d, n) in enumerate(zip(t.shape, value.shape)):
-                    if isinstance(d, int) and d != n or isinstance(d, str) and sizes.setdefault(d, n) != n:
-                        raise KernelError(f"argument {name!r} has shape {value.shape} but {t} needs "
-                                          f"{d if isinstance(d, int) else f'{d}={sizes[d]}'} in axis {axis}",
-                                          fix="pass arrays whose sizes agree with the annotations")
-                if not value.flags.c_contiguous or name in mut and not value.flags.writeable:
-                    raise KernelError(f"argument {name!r} must be a C-contiguous"
-                                      f"{', writable' if name in mut else ''} array",
-                                      fix="pass np.ascontiguousarray(x) (and keep it to read the results)")
                 buf = Global(name, value, base, name in mut)
                 base += -(-value.nbytes // 256) * 256 + 256
                 self.env[param] = buf
                 out[name] = buf
                 self.dtype_hint = self.dtype_hint or t.format.name
             else:
-                self.env[param] = number(_scalar_argument(name, t, value), _dtype(t))
+                self.env[param] = number(value, _dtype(t))
         return out
 
     # -- findings -----------------------------------------------------------------------

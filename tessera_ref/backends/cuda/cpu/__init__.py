@@ -1,0 +1,17 @@
+"""The CUDA-on-CPU harness (DESIGN §9; docs/spec/cuda_cpu.md, the ``CUDA-CPU-*`` clauses).
+
+The CUDA C that :func:`~tessera_ref.backends.cuda.source.render` writes for a lowered Tile IR
+program, compiled with g++ together with a CPU twin of the device (``include/tessera_cpu.h``)
+and run on the CPU with each CUDA thread a fiber:
+
+- ``include/``: the twin (CUDA's keywords, thread indices, vector and narrow types,
+  cp.async, shuffles, votes, ldmatrix, mma.sync, atomics) and ``tessera_fiber.h``, the
+  fibers (a hand-written x86-64 context switch) and the block scheduler with its findings;
+- :mod:`.build`: the translation unit, g++, the cache, loading with ctypes;
+- :mod:`.harness`: one launch under a schedule and cp.async mode, findings as errors;
+- :mod:`.backend`: the backend ``"cuda-cpu"``.
+"""
+from .backend import CpuLaunchReport, CudaCpuBackend
+from .harness import CP_ASYNC, SCHEDULES, HarnessFinding, Options
+
+__all__ = ["CudaCpuBackend", "CpuLaunchReport", "HarnessFinding", "Options", "SCHEDULES", "CP_ASYNC"]

@@ -1,0 +1,145 @@
+"""Compile rendered CUDA C for the CPU with g++ and the twin (CUDA-CPU-1, CUDA-CPU-6).
+
+The translation unit is ``#include "tessera_cpu.h"`` (the twin), then the rendered text
+itself, line for line (under ``#line 1``, so
+``__LINE__`` and g++'s messages name CUDA source lines), followed by one
+``TSR_CPU_LAUNCHER(kernel)`` per kernel: ``extern "C" int tsr_launch_<kernel>(grid, lanes,
+args, options, result)``. The include path puts ``include/`` (the twin's stand-ins for
+``cuda_fp16.h`` … and ``tessera_cpu.h``) before the directory of ``tessera_device.cuh``.
+Inline PTX (an ``asm`` statement) in the kernel text has no CPU twin: an
+:class:`UnsupportedPTX` naming its line (the renderer writes none; the device header's PTX
+is what the twin replaces). Flags :data:`FLAGS`: ``-O2 -fno-fast-math
+-ffp-contract=off`` (an fma only where the source calls ``fmaf``/``fma``), ``-g`` (the line
+table names the CUDA line of a memory fault). Shared libraries
+are cached under ``$TESSERA_CACHE_DIR/cuda-cpu`` (default ``~/.cache/tessera_ref``), keyed by
+the sha256 of the unit, the flags, the twin's and the device header's bytes and g++'s version;
+an entry is written to a temporary name and renamed into place.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from ....errors import BackendError
+from ..compile import CompileError, cache_dir
+from ..toolchain import HEADER_DIR
+
+__all__ = ["FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
+
+#: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, the CUDA header stand-ins).
+TWIN_DIR = Path(__file__).parent / "include"
+#: g++'s options for every kernel library.
+FLAGS = ("-std=c++17", "-O2", "-g", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
+         "-fno-strict-aliasing")
+#: The same at -O0, whose line table names the exact line of every access (a memory fault's
+#: launch is run again with them to name its line).
+DEBUG_FLAGS = tuple("-O0" if f == "-O2" else f for f in FLAGS)
+
+
+class UnsupportedPTX(BackendError):
+    """Inline PTX the harness has no CPU twin for (the message names the CUDA line)."""
+
+
+def _refuse_asm(text: str, locations: dict) -> None:
+    for n, line in enumerate(text.split("\n"), 1):
+        if re.search(r"\basm\b", line.split("//")[0]):
+            where = locations.get(n, "")
+            raise UnsupportedPTX(f"the CUDA-on-CPU harness has no CPU twin for the inline PTX of CUDA line {n}: "
+                                 f"{line.strip()[:160]}" + (f"\n  from the Tile IR op at {where}" if where else ""),
+                                 location=where or None,
+                                 fix="run this kernel on the 'interp' backend (or on a GPU with 'cuda'); the harness "
+                                     "runs the device header's cp.async, shuffles, ldmatrix and m16n8k16 mma.sync")
+
+
+def translation_unit(source, kernels) -> str:
+    """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching ``kernels``."""
+    text = source.text
+    _refuse_asm(text, getattr(source, "locations", {}))
+    launchers = "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
+    return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + launchers
+
+
+@functools.lru_cache(maxsize=1)
+def gxx() -> tuple[str, str]:
+    """``(path, version line)`` of g++; a BackendError when there is none or the machine is not x86-64."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        raise BackendError(f"the CUDA-on-CPU harness switches fibers with x86-64 code; this machine is "
+                           f"{platform.machine()}", fix="run it on an x86-64 machine, or use the 'interp' backend")
+    path = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
+    if path is None:
+        raise BackendError("the CUDA-on-CPU harness compiles kernels with g++, which is not on PATH",
+                           fix="install g++ (apt-get install g++), or use the 'interp' backend")
+    done = subprocess.run([path, "--version"], capture_output=True, text=True)
+    return path, done.stdout.splitlines()[0] if done.stdout else "unknown"
+
+
+def _twin_bytes() -> bytes:
+    parts = sorted(TWIN_DIR.iterdir()) + [HEADER_DIR / "tessera_device.cuh"]
+    return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in parts)
+
+
+def _key(unit: str, flags) -> str:
+    h = hashlib.sha256()
+    for part in (unit.encode(), "\0".join(flags).encode(), _twin_bytes(), gxx()[1].encode()):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()[:32]
+
+
+_GXX_ERROR = re.compile(r"kernel\.cu:(\d+):(?:\d+:)? (?:fatal )?error: (.*)")
+
+
+def _compile_error(log: str, source) -> CompileError:
+    lines, locations = source.text.splitlines(), getattr(source, "locations", {})
+    m = _GXX_ERROR.search(log)
+    what = f"g++ could not compile the CUDA C for the CPU harness: {m.group(2) if m else log.strip()[-600:]}"
+    where = ""
+    if m:
+        n = int(m.group(1))
+        what += f"\n  CUDA line {n}: {lines[n - 1].strip() if 0 < n <= len(lines) else '?'}"
+        where = locations.get(n, "")
+        if where:
+            what += f"\n  from the Tile IR op at {where}"
+    err = CompileError(what, location=where or None,
+                       fix="report it with the message: rendered kernels must compile with the twin "
+                           "(tessera_ref/backends/cuda/cpu/include); g++'s full log is the error's .log")
+    err.log = log
+    return err
+
+
+_LOADED: dict = {}
+_LOCK = threading.Lock()
+
+
+def library(source, kernels, flags=FLAGS) -> ctypes.CDLL:
+    """The loaded shared library of ``source`` with a launcher per kernel name in ``kernels``
+    (compiled once per key, then taken from the disk cache and kept loaded)."""
+    unit = translation_unit(source, kernels)
+    key = _key(unit, flags)
+    with _LOCK:
+        lib = _LOADED.get(key)
+        if lib is not None:
+            return lib
+        root = cache_dir().parent / "cuda-cpu"
+        path = root / f"{key}.so"
+        if not path.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as d:
+                cu = Path(d) / "kernel.cpp"
+                cu.write_text(unit)
+                out = Path(d) / "kernel.so"
+                cmd = [gxx()[0], *flags, f"-I{TWIN_DIR}", f"-I{HEADER_DIR}", str(cu), "-o", str(out)]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise _compile_error(done.stderr, source)
+                os.replace(out, path)
+        lib = _LOADED[key] = ctypes.CDLL(str(path))
+        return lib

@@ -1,0 +1,2 @@
+// cuda_fp8.h of the CUDA-on-CPU harness: the CPU twin stands in for CUDA's device headers (CUDA-CPU-1).
+#include "tessera_cpu.h"
