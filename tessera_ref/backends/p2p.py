@@ -13,10 +13,15 @@ process of the group. Every process sends each chunk's contributions (one per de
 box) to the chunk's owner; the owner lays out all contributions in ascending device order and
 folds them with :func:`fold_ranks` — the accum format, rounded once — then sends its folded
 chunk to every process of the group (an all-gather). Each process sends ``(p−1)/p`` of its
-contributions and ``(p−1)/p`` of the result, a ring's bytes. Work is done in rounds of at most
-:data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded. Exact sums
-(an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each process and
-merged exactly, which no order changes.
+contributions and ``(p−1)/p`` of the result, a ring's bytes. A reduce-scatter cuts the
+elements at the devices' blocks of the split dimension instead: each process receives only the
+contributions to its own devices' blocks, folds them the same way and keeps them — no
+all-gather, ``(p−1)/p`` of the contributions sent. Every element is folded from the same
+contributions in the same order as the all-reduce's, so the bits agree. Work is done in rounds
+of at most :data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded.
+Exact sums (an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each
+process and merged exactly, which no order changes (a reduce-scatter of one reduces it whole,
+then splits it).
 
 Messages match by program order (every process issues the same exchanges in the same order),
 so a program issues its cross-process collectives from one thread.

@@ -59,7 +59,7 @@ def order_scatter() -> None:
 
 def scatter_bytes() -> None:
     """Bytes each process sends for a reduce_scatter of 4000 bytes (f32) and of 4000 bytes
-    (bf16, 2000 elements) over one device per process; one line per rank."""
+    (bf16, 2000 elements) over one device per process, printed by rank 0 for every rank."""
     import os
 
     from tessera_ref.backends.p2p import world_transport
@@ -68,11 +68,18 @@ def scatter_bytes() -> None:
     for policy, count in (("f32", 1000), (Policy("bf16", accum="f32"), 2000)):
         x = dist.from_shards([np.full(count, d + 1, np.float32) for d in range(n)], S(None, ("r",), reduce="sum"),
                              mesh, dtype=policy)
-        transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi")) if n > 1 else None
-        before = transport.bytes_sent if transport else 0
+        if n == 1:
+            emit("scatter_bytes one process", dist.collective.reduce_scatter(x, axis="r", dim=0).numpy())
+            continue
+        transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+        before = transport.bytes_sent
         dist.collective.reduce_scatter(x, axis="r", dim=0)
-        sent = (transport.bytes_sent if transport else 0) - before
-        print(f"scatter_bytes rank {world().rank} sent {sent}", flush=True)
+        sent = transport.bytes_sent - before
+        me = world().rank
+        got = transport.exchange_objects({0: sent} if me else {}, [] if me else range(1, n))
+        got[me] = sent
+        if me == 0:
+            print("scatter_bytes sent", " ".join(str(got[r]) for r in range(n)), flush=True)
 
 
 def partial(mesh, axes, reduce, policy, seed):
