@@ -30,6 +30,11 @@ on 4. On 4,194,304 f32 per process MPI's own reductions were 3-4.5 x faster (rat
 ours folds in Python-driven rounds and copies every contribution to its owner), and with 4
 processes their bits differed from the ascending fold in about a quarter of the elements
 (4,490,480 of 16,777,216 for Allreduce); with 2 processes the two orders coincide.
+Re-measured 2026-11-24 (same VM, load about 4, --repeat 1) after the reduce-scatter stopped
+all-gathering: each rank sent 8.39 MB on 2 processes and 12.58 MB on 4, 1.00 x the ring
+bound (half of the all-reduce's 16.78 / 25.17 MB, which it used to send), in 23-24 ms on 2
+(MPI's Reduce_scatter_block 3.7-12 ms) and 47-51 ms on 4 (MPI 13-17 ms): ratio 0.16-0.50;
+the all-reduce took 53-60 ms and 91-231 ms.
 """
 from __future__ import annotations
 

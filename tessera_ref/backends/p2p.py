@@ -249,7 +249,7 @@ class P2PCommunicator(Communicator):
         process's blocks, and nothing else (module docstring)."""
         i, m = self.mesh.axis_index(axis), self.mesh.ndim
         group = self.place.group((i,))
-        if len(group) == 1 or isinstance(stacked, ExactAccumulator):
+        if len(group) == 1:
             return super().reduce_scatter(stacked, axis, dim, op, policy)
         b, block = self.place.box[i], -(-stacked.shape[m + dim] // self.mesh.shape[i])
         moved = np.moveaxis(self._expand(stacked, (i,)), (i, m + dim), (0, 1))  # [box along axis, dim, rest]

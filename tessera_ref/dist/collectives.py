@@ -318,14 +318,13 @@ def _reduce_scatter_blocks(x: DistTensor, axis: str, dim: int, op: str) -> DistT
     _check_op(op, "reduce_scatter")
     base = _base_op(x, [axis], op, "reduce_scatter")
     lay = x.layout
-    wrote = _record("reduce_scatter", x, (axis,))
     new_layout, _ = _scatter_dim(x, None, axis, dim, lay.replace(partial=tuple(a for a in lay.partial if a != axis)))
-    local = None
     if x.local is not None:
         _check_rounding(x, base)
-        local = _comm(x).reduce_scatter(x.local, axis, dim, base, x.policy)
-        if op == "avg":
-            local = _average(x, local, (axis,))
+    wrote = _record("reduce_scatter", x, (axis,))
+    local = None if x.local is None else _comm(x).reduce_scatter(x.local, axis, dim, base, x.policy)
+    if op == "avg" and local is not None:
+        local = _average(x, local, (axis,))
     return _new(x, new_layout, local, value=wrote)
 
 
