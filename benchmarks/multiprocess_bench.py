@@ -15,8 +15,9 @@ Rows:
   ``--elements`` each) reduced by ``dist`` (the ascending fold over point-to-point, NUM-RED-3)
   and by MPI's ``Allreduce`` / ``Reduce_scatter_block`` (whose order MPI does not fix), timed
   in the same processes, interleaved; ``ratio`` = MPI time / ours (below 1: ours is slower),
-  and how many elements' bits differ. ``dist.reduce_scatter`` reduces with the all-reduce and
-  keeps each device's block, so it moves the all-gather's bytes too.
+  how many elements' bits differ, and the bytes each rank sent against the ring's lower bound
+  (``2(P-1)/P`` of the value for the all-reduce, ``(P-1)/P`` for the reduce-scatter, which
+  folds only each owner's block: no all-gather).
 
 The machine this runs on may have fewer cores than processes (oversubscribed runs measure
 the protocol, not a cluster). The script runs with one thread, then the default threads.
@@ -29,6 +30,11 @@ on 4. On 4,194,304 f32 per process MPI's own reductions were 3-4.5 x faster (rat
 ours folds in Python-driven rounds and copies every contribution to its owner), and with 4
 processes their bits differed from the ascending fold in about a quarter of the elements
 (4,490,480 of 16,777,216 for Allreduce); with 2 processes the two orders coincide.
+Re-measured 2026-11-24 (same VM, load about 4, --repeat 1) after the reduce-scatter stopped
+all-gathering: each rank sent 8.39 MB on 2 processes and 12.58 MB on 4, 1.00 x the ring
+bound (half of the all-reduce's 16.78 / 25.17 MB, which it used to send), in 23-24 ms on 2
+(MPI's Reduce_scatter_block 3.7-12 ms) and 47-51 ms on 4 (MPI 13-17 ms): ratio 0.16-0.50;
+the all-reduce took 53-60 ms and 91-231 ms.
 """
 from __future__ import annotations
 
@@ -98,8 +104,11 @@ def worker_reduce(args) -> None:
     block = np.empty(n // p, np.float32)
     mpi_ar = lambda: comm.Allreduce(mine, total, op=MPI.SUM)  # noqa: E731
     mpi_rs = lambda: comm.Reduce_scatter_block(mine, block, op=MPI.SUM)  # noqa: E731
-    for name, ours, theirs, out, size in (("all_reduce", ours_ar, mpi_ar, total, n),
-                                          ("reduce_scatter", ours_rs, mpi_rs, block, n // p)):
+    for name, ours, theirs, out, size, ring in (("all_reduce", ours_ar, mpi_ar, total, n, 2 * (p - 1) * n // p),
+                                                ("reduce_scatter", ours_rs, mpi_rs, block, n // p, (p - 1) * n // p)):
+        before = _transport_bytes()
+        ours()
+        sent = comm.allreduce(_transport_bytes() - before, op=MPI.MAX)
         rounds = []
         for _ in range(args.repeat):  # interleaved: a burst of load hits both alike
             rounds.append((_timed(ours, comm.Barrier, 1), _timed(theirs, comm.Barrier, 1)))
@@ -108,7 +117,7 @@ def worker_reduce(args) -> None:
         theirs()
         differ = comm.allreduce(int(np.count_nonzero(mine_out.view(np.uint32) != out.view(np.uint32))))
         if rank == 0:
-            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size}", flush=True)
+            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size} {sent} {4 * ring}", flush=True)
 
 
 def _launch(n: int, *worker) -> list:
@@ -140,11 +149,12 @@ def main() -> None:
     print(f"[{thread_setting()}] reductions of {args.elements:,} f32 per process: ours (ascending fold) vs MPI's own")
     for p in (2, 4):
         out = _launch(p, "--worker", "reduce", "--repeat", str(args.repeat), "--elements", str(args.elements))
-        for name, _, ours, theirs, differ, size in zip(*[iter(out)] * 6):
+        for name, _, ours, theirs, differ, size, sent, ring in zip(*[iter(out)] * 8):
             mb = 4 * args.elements / 1e6
             print(f"  {name:14} P={p}: ours {float(ours) * 1e3:8.2f} ms ({mb / float(ours):7.1f} MB/s)  "
                   f"MPI {float(theirs) * 1e3:8.2f} ms ({mb / float(theirs):7.1f} MB/s)  ratio "
-                  f"{float(theirs) / float(ours):6.3f}  bits differ in {differ} of {int(size) * p} elements",
+                  f"{float(theirs) / float(ours):6.3f}  bits differ in {differ} of {int(size) * p} elements  "
+                  f"sent per rank {int(sent) / 1e6:.2f} MB = {int(sent) / int(ring):.2f} x the ring bound",
                   flush=True)
 
 

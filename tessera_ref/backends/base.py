@@ -15,7 +15,7 @@ import abc
 import numpy as np
 
 from .. import context
-from ..dist.collectives import mailbox_scope
+from ..dist.collectives import mailbox_scope, scatter_blocks
 from ..dist.execute import check_sharded_arguments, sharded_step
 from ..dist.tensor import DistTensor
 from ..errors import BackendError, LoweringError, OpError
@@ -49,6 +49,12 @@ class Communicator(abc.ABC):
         """Each group's contributions along the mesh ``axes`` folded in ascending rank order in
         the accum format and converted once to storage (NUM-RED-3); exactly held contributions
         (an ExactAccumulator) are summed exactly (NUM-RED-4). Size 1 along ``axes`` after."""
+
+    def reduce_scatter(self, stacked, axis: str, dim: int, op: str, policy):
+        """:meth:`reduce` over ``axis``, of which each device of this process keeps its block of
+        dimension ``dim`` (``ceil(n/p)``, the last ones zero-padded; MESH-COLL-2). A
+        communicator that moves data may fold only the blocks (the same bits, MESH-MP-4)."""
+        return scatter_blocks(self.mesh, self.reduce(stacked, (axis,), op, policy), axis, dim)
 
     @abc.abstractmethod
     def all_gather(self, stacked, axis: str, dim: int):

@@ -13,10 +13,15 @@ process of the group. Every process sends each chunk's contributions (one per de
 box) to the chunk's owner; the owner lays out all contributions in ascending device order and
 folds them with :func:`fold_ranks` — the accum format, rounded once — then sends its folded
 chunk to every process of the group (an all-gather). Each process sends ``(p−1)/p`` of its
-contributions and ``(p−1)/p`` of the result, a ring's bytes. Work is done in rounds of at most
-:data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded. Exact sums
-(an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each process and
-merged exactly, which no order changes.
+contributions and ``(p−1)/p`` of the result, a ring's bytes. A reduce-scatter cuts the
+elements at the devices' blocks of the split dimension instead: each process receives only the
+contributions to its own devices' blocks, folds them the same way and keeps them — no
+all-gather, ``(p−1)/p`` of the contributions sent. Every element is folded from the same
+contributions in the same order as the all-reduce's, so the bits agree. Work is done in rounds
+of at most :data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded.
+Exact sums (an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each
+process and merged exactly, which no order changes (a reduce-scatter of one reduces it whole,
+then splits it).
 
 Messages match by program order (every process issues the same exchanges in the same order),
 so a program issues its cross-process collectives from one thread.
@@ -237,6 +242,36 @@ class P2PCommunicator(Communicator):
             chunks[me] = folded
             pieces.append(np.concatenate([chunks[r] for r in group]))
         return np.concatenate(pieces)
+
+    def reduce_scatter(self, stacked, axis: str, dim: int, op: str, policy):
+        """Each device's block of dimension ``dim`` folded on the process that owns the device:
+        every process sends to each other process of the group its contributions to that
+        process's blocks, and nothing else (module docstring)."""
+        i, m = self.mesh.axis_index(axis), self.mesh.ndim
+        group = self.place.group((i,))
+        if len(group) == 1:
+            return super().reduce_scatter(stacked, axis, dim, op, policy)
+        b, block = self.place.box[i], -(-stacked.shape[m + dim] // self.mesh.shape[i])
+        moved = np.moveaxis(self._expand(stacked, (i,)), (i, m + dim), (0, 1))  # [box along axis, dim, rest]
+        n, rest = moved.shape[1], moved.shape[2:]
+        flat = moved.reshape(b, n, -1)
+        # process k of the group owns rows [k·b·block, (k+1)·b·block) of dim (padding rows are not sent)
+        slabs = [flat[:, min(n, k * b * block):min(n, (k + 1) * b * block)].reshape(b, -1) for k in range(len(group))]
+        me = group.index(self.transport.rank)
+        mine = slabs[me].shape[1]
+        order = np.argsort(self._global_ranks((i,), group), kind="stable")
+        step = max(1, ROUND_BYTES // max(1, b * flat.itemsize * len(group)))
+        out = np.zeros(b * block * flat.shape[2], dtype=policy.storage.dtype)  # padding rows stay zero
+        for start in range(0, max(s.shape[1] for s in slabs), step):
+            width = max(0, min(step, mine - start))
+            got = self.transport.exchange(
+                {r: np.ascontiguousarray(slabs[k][:, start:start + step])
+                 for k, r in enumerate(group) if k != me and start < slabs[k].shape[1]},
+                {r: ((b, width), flat.dtype) for k, r in enumerate(group) if k != me and width})
+            if width:
+                got[group[me]] = slabs[me][:, start:start + width]
+                out[start:start + width] = fold_ranks(np.concatenate([got[r] for r in group])[order], op, policy)
+        return np.moveaxis(out.reshape((b, block) + rest), (0, 1), (i, m + dim))
 
     def all_gather(self, stacked, axis: str, dim: int):
         i, m = self.mesh.axis_index(axis), self.mesh.ndim

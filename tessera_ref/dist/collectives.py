@@ -55,7 +55,7 @@ from .world import placement
 
 __all__ = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "permute",
            "send", "recv", "check_pending", "mailbox_scope", "fold_partial", "gather_boxes", "local_slice",
-           "REDUCE_OPS"]
+           "scatter_blocks", "REDUCE_OPS"]
 
 #: The reductions ``all_reduce`` accepts (``avg`` is a sum divided once by the group size).
 REDUCE_OPS = ("sum", "avg", "max", "min", "prod")
@@ -131,15 +131,41 @@ def _comm(x: DistTensor):
 
 def _reduce_axes(x: DistTensor, axes: tuple, op: str):
     """The stacked local values with the pending reduction over ``axes`` carried out: the ranks
-    of each group folded in ascending order in the accum format, rounded once (MESH-COLL-1).
-    Collectives take no random key yet, so a policy that rounds stochastically is refused."""
+    of each group folded in ascending order in the accum format, rounded once (MESH-COLL-1)."""
+    _check_rounding(x, op)
+    return _comm(x).reduce(x.local, axes, op, x.policy)
+
+
+def _check_rounding(x: DistTensor, op: str) -> None:
+    """Collectives take no random key yet, so a policy that rounds stochastically is refused."""
     policy = x.policy
     if policy.rounding == "stochastic" and not isinstance(x.local, ExactAccumulator):
         raise CollectiveError(f"folding a pending {op} of {policy} rounds stochastically into storage, which "
                               "needs a random key, and collectives take none yet",
                               fix="reduce in a policy that rounds to nearest (cast the partial sums first), or "
                                   "keep the reduced dimension whole so that the op rounds with its own seed")
-    return _comm(x).reduce(x.local, axes, op, policy)
+
+
+def _check_op(op: str, what: str) -> None:
+    if op not in REDUCE_OPS:
+        raise CollectiveError(f"{what} op={op!r} is not a reduction", fix=f"use one of {REDUCE_OPS}")
+
+
+def _base_op(x: DistTensor, pending: list, op: str, what: str) -> str:
+    """The fold of ``op`` (``avg`` folds a sum), which must be ``x``'s pending reduction."""
+    base = "sum" if op == "avg" else op
+    if x.layout.partial_op != base:
+        raise CollectiveError(f"{what} op={op!r} over {pending} of {x.type}: its pending reduction is "
+                              f"{x.layout.partial_op!r}", fix=f"use op={x.layout.partial_op!r}")
+    return base
+
+
+def _average(x: DistTensor, local, pending: tuple):
+    """A folded sum divided once by the group size, correctly rounded in the accum format."""
+    if isinstance(local, ExactAccumulator):
+        local = local.round(x.policy.accum)
+    return cast(divide_by_count(to_accum(local, x.policy.accum), x.mesh.axis_size(pending), x.policy.accum),
+                x.policy.storage, rounding=x.policy.rounding)
 
 
 def gather_boxes(x: DistTensor, local) -> np.ndarray:
@@ -166,8 +192,7 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
     the sum once by the group size, correctly rounded in the accum format."""
     x = _check(x, "all_reduce")
     axes = _axes(x, axis, "all_reduce")
-    if op not in REDUCE_OPS:
-        raise CollectiveError(f"all_reduce op={op!r} is not a reduction", fix=f"use one of {REDUCE_OPS}")
+    _check_op(op, "all_reduce")
     lay = x.layout
     pending = [a for a in axes if a in lay.partial]
     for a in axes:
@@ -183,10 +208,7 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
             f"multiply it by {x.mesh.axis_size(axes)}. Mark per-device contributions with "
             f"ShardSpec(..., reduce='sum') or produce them with a sharded op"))
         return x
-    base = "sum" if op == "avg" else op
-    if lay.partial_op != base:
-        raise CollectiveError(f"all_reduce op={op!r} over {pending} of {x.type}: its pending reduction is "
-                              f"{lay.partial_op!r}", fix=f"use op={lay.partial_op!r}")
+    base = _base_op(x, pending, op, "all_reduce")
     wrote = _record("all_reduce", x, tuple(pending))
     if x.local is None:
         local = None
@@ -196,39 +218,42 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
         if isinstance(local, ExactAccumulator) and not rest:
             local = local.round(x.policy.storage, rounding=x.policy.rounding, overflow=x.policy.overflow)
         if op == "avg":
-            if isinstance(local, ExactAccumulator):
-                local = local.round(x.policy.accum)
-            local = cast(divide_by_count(to_accum(local, x.policy.accum), x.mesh.axis_size(tuple(pending)),
-                                          x.policy.accum), x.policy.storage, rounding=x.policy.rounding)
+            local = _average(x, local, tuple(pending))
     return _new(x, lay.replace(partial=tuple(a for a in lay.partial if a not in pending)), local, value=wrote)
 
 
 # ---------------------------------------------------------------------------------------------
 # splitting and joining dimensions
 
+def scatter_blocks(mesh: Mesh, local, axis: str, dim: int) -> np.ndarray:
+    """Stacked values (size 1 along ``axis``) cut along dimension ``dim`` into one block of
+    ``ceil(n/p)`` per device of ``axis``, the last ones zero-padded; each process keeps the
+    blocks of its own devices (MESH-MP-2)."""
+    p, i, m = mesh.axis_size(axis), mesh.axis_index(axis), mesh.ndim
+    src = local
+    old_l = src.shape[m + dim]
+    block = -(-old_l // p)
+    if block * p != old_l:  # padding: the block grows to p equal pieces
+        pad = [(0, 0)] * src.ndim
+        pad[m + dim] = (0, block * p - old_l)
+        src = np.pad(src, pad)
+    pieces = src.reshape(src.shape[:m + dim] + (p, block) + src.shape[m + dim + 1:])
+    pieces = np.squeeze(np.moveaxis(pieces, m + dim, i), axis=i + 1)  # the replicated (size 1) axis was at i + 1
+    place = placement(mesh)
+    if not place.single:
+        pieces = pieces[(slice(None),) * i + (slice(place.start[i], place.start[i] + place.box[i]),)]
+    return pieces
+
+
 def _scatter_dim(x: DistTensor, local, axis: str, dim: int, layout):
     """Split dimension ``dim`` of stacked values (replicated over ``axis``) over ``axis``."""
-    mesh = x.mesh
-    p = mesh.axis_size(axis)
     new_layout = layout.replace(dims=tuple(axes + (axis,) if d == dim else axes
                                            for d, axes in enumerate(layout.dims)))
-    lshape = local_shape(x.shape, new_layout, mesh)
+    local_shape(x.shape, new_layout, x.mesh)  # a LayoutError for a split it does not allow
     if local is None:
         return new_layout, None
     _require_rounded(x, local, f"splitting dimension {dim} over {axis!r}")
-    i, m = mesh.axis_index(axis), mesh.ndim
-    src = local
-    old_l = src.shape[m + dim]
-    if lshape[dim] * p != old_l:  # padding: the block grows to p equal pieces
-        pad = [(0, 0)] * src.ndim
-        pad[m + dim] = (0, lshape[dim] * p - old_l)
-        src = np.pad(src, pad)
-    pieces = src.reshape(src.shape[:m + dim] + (p, lshape[dim]) + src.shape[m + dim + 1:])
-    pieces = np.squeeze(np.moveaxis(pieces, m + dim, i), axis=i + 1)  # the replicated (size 1) axis was at i + 1
-    place = placement(mesh)
-    if not place.single:  # each process keeps the pieces of its own devices (MESH-MP-2)
-        pieces = pieces[(slice(None),) * i + (slice(place.start[i], place.start[i] + place.box[i]),)]
-    return new_layout, pieces
+    return new_layout, scatter_blocks(x.mesh, local, axis, dim)
 
 
 def _gather_dim(x: DistTensor, local, axis: str, dim: int):
@@ -271,17 +296,36 @@ def reduce_scatter(x, axis, dim=None, op: str = "sum") -> DistTensor:
             f"split over {axis!r} along dimension {lay.dim_of(axis)} — so it is returned unchanged"))
         return x
     dim = _default_scatter_dim(x, axis) if dim is None else _check_dim(x, dim, "reduce_scatter")
-    if axis in lay.partial:
-        reduced = _reduce_only(x, axis, op)
-    else:
+    if axis not in lay.partial:
         _warn((
             f"reduce_scatter over {axis!r} of {x.type}: the tensor is not a pending partial sum over "
             f"{axis!r} (it is replicated there), so nothing is reduced; it is only split along "
             f"dimension {dim}"))
         reduced = x
+    elif isinstance(x.local, ExactAccumulator):  # an exact sum is reduced whole, then split (NUM-RED-4)
+        reduced = _reduce_only(x, axis, op)
+    else:
+        return _reduce_scatter_blocks(x, axis, dim, op)
     wrote = _record("reduce_scatter", x, (axis,))
     new_layout, local = _scatter_dim(reduced, reduced.local, axis, dim, reduced.layout)
     return _new(reduced, new_layout, local, value=wrote)
+
+
+def _reduce_scatter_blocks(x: DistTensor, axis: str, dim: int, op: str) -> DistTensor:
+    """The pending reduction over ``axis`` folded by the communicator only into the block of
+    dimension ``dim`` each device keeps (a ring's bytes across processes, MESH-MP-4); the bits
+    of :func:`all_reduce` followed by the split."""
+    _check_op(op, "reduce_scatter")
+    base = _base_op(x, [axis], op, "reduce_scatter")
+    lay = x.layout
+    new_layout, _ = _scatter_dim(x, None, axis, dim, lay.replace(partial=tuple(a for a in lay.partial if a != axis)))
+    if x.local is not None:
+        _check_rounding(x, base)
+    wrote = _record("reduce_scatter", x, (axis,))
+    local = None if x.local is None else _comm(x).reduce_scatter(x.local, axis, dim, base, x.policy)
+    if op == "avg" and local is not None:
+        local = _average(x, local, (axis,))
+    return _new(x, new_layout, local, value=wrote)
 
 
 def local_slice(x, axis: str, dim: int, padded: bool = False) -> DistTensor:

@@ -9,7 +9,9 @@ import sys
 import numpy as np
 
 from tessera_ref import dist, grad, jit, op
+from tessera_ref.dist.tensor import DistTensor
 from tessera_ref.dist.world import world
+from tessera_ref.ir import TensorType
 from tessera_ref.numerics import Policy
 
 S = dist.ShardSpec
@@ -33,6 +35,51 @@ def order() -> None:
     out = dist.all_reduce(x, axis="r").numpy()
     if world().rank == 0:
         print("order", " ".join(f"{b:08x}" for b in out.view(np.uint32)), flush=True)
+
+
+def order_scatter() -> None:
+    """:func:`order`'s contributions as a reduce_scatter over 4 devices: each device keeps one
+    element, whose bits depend on the order; then an uneven split (7 elements, padded) of sums
+    of ±1 and ±2^-24, printed as bits."""
+    mesh = dist.Mesh(("r",), range(4))
+    tiny = np.float32(2.0 ** -24)
+    shards = [np.array([1.0, -1.0, tiny, tiny], np.float32), np.array([tiny, -tiny, 1.0, tiny], np.float32),
+              np.array([tiny, -tiny, tiny, tiny], np.float32), np.array([tiny, -tiny, tiny, 1.0], np.float32)]
+    x = dist.from_shards(shards, S(None, ("r",), reduce="sum"), mesh)
+    out = dist.collective.reduce_scatter(x, axis="r", dim=0).numpy()
+    rng = np.random.default_rng(7)
+    uneven = [(np.where(rng.random(7) < 0.5, 1.0, tiny) * rng.choice([-1, 1], 7)).astype(np.float32) for _ in range(4)]
+    y = dist.from_shards(uneven, S(None, ("r",), reduce="sum"), mesh)
+    y = DistTensor(TensorType(y.shape, y.policy, y.layout.replace(padded=True)), mesh, y.local)  # may pad
+    padded = dist.collective.reduce_scatter(y, axis="r", dim=0).numpy()
+    if world().rank == 0:
+        print("order_scatter", " ".join(f"{b:08x}" for b in out.view(np.uint32)), flush=True)
+        print("uneven_scatter", " ".join(f"{b:08x}" for b in padded.view(np.uint32)), flush=True)
+
+
+def scatter_bytes() -> None:
+    """Bytes each process sends for a reduce_scatter of 4000 bytes (f32) and of 4000 bytes
+    (bf16, 2000 elements) over one device per process, printed by rank 0 for every rank."""
+    import os
+
+    from tessera_ref.backends.p2p import world_transport
+    n = world().size
+    mesh = dist.Mesh(("r",), range(n))
+    for policy, count in (("f32", 1000), (Policy("bf16", accum="f32"), 2000)):
+        x = dist.from_shards([np.full(count, d + 1, np.float32) for d in range(n)], S(None, ("r",), reduce="sum"),
+                             mesh, dtype=policy)
+        if n == 1:
+            emit("scatter_bytes one process", dist.collective.reduce_scatter(x, axis="r", dim=0).numpy())
+            continue
+        transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+        before = transport.bytes_sent
+        dist.collective.reduce_scatter(x, axis="r", dim=0)
+        sent = transport.bytes_sent - before
+        me = world().rank
+        got = transport.exchange_objects({0: sent} if me else {}, [] if me else range(1, n))
+        got[me] = sent
+        if me == 0:
+            print("scatter_bytes sent", " ".join(str(got[r]) for r in range(n)), flush=True)
 
 
 def partial(mesh, axes, reduce, policy, seed):
@@ -59,6 +106,8 @@ def collectives() -> None:
                 base = "sum" if op_ == "avg" else op_
                 y = partial(mesh, ("tp",), base, policy, seed=11)
                 emit(f"{tag} {pname} all_reduce(tp) {op_}", dist.all_reduce(y, axis="tp", op=op_).numpy())
+                emit(f"{tag} {pname} reduce_scatter(tp) {op_}",
+                     dist.collective.reduce_scatter(y, axis="tp", dim=1, op=op_).numpy())
             z = partial(mesh, ("dp", "tp"), "sum", policy, seed=13)
             emit(f"{tag} {pname} all_reduce(dp,tp)", dist.all_reduce(z, axis=("dp", "tp")).numpy())
             if not pname.endswith("exact"):

@@ -32,10 +32,31 @@ def test_a_sum_across_processes_is_the_ascending_fold_whose_bits_differ_from_pai
     assert ranks(4, "order") == line
 
 
+# The bits of the ascending f32 fold of each element, computed with NumPy adds from programs.py's
+# values (the 4th element's 1 + 3·2^-24 -> 1 + 2^-22; the uneven case's element 2 is b4000000,
+# where a descending or pairwise order gives b3800000).
+ORDER_SCATTER = ("order_scatter 3f800000 bf800000 3f800000 3f800002\n"
+                 "uneven_scatter bf800000 40000000 b4000000 40400000 c0000000 b4000000 3f7fffff\n")
+
+
+def test_a_reduce_scatter_across_processes_is_the_ascending_fold():
+    assert one_process("order_scatter") == ORDER_SCATTER
+    assert ranks(2, "order_scatter") == ORDER_SCATTER
+    assert ranks(4, "order_scatter") == ORDER_SCATTER
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_reduce_scatter_sends_a_rings_bytes_per_process(n):
+    """4000 bytes (f32, then bf16) per device, one device per process: each rank sends
+    (p−1)/p of them — a ring's bytes — and no all-gather."""
+    line = "scatter_bytes sent" + f" {(n - 1) * 4000 // n}" * n + "\n"
+    assert ranks(n, "scatter_bytes") == line * 2
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_gives_the_bits_of_one_process(n):
     single = one_process("collectives")
-    assert len(single.splitlines()) == 46
+    assert len(single.splitlines()) == 68
     assert ranks(n, "collectives") == single
 
 

@@ -133,3 +133,81 @@ def test_movement_is_the_one_process_movement(size):
             index = tuple(slice(None) if i in whole_axes else slice(s, s + b)
                           for i, (s, b) in enumerate(zip(place.start, place.box)))
             np.testing.assert_array_equal(got, want[index], err_msg=name)
+
+
+def _ascending_f32(ranks: np.ndarray) -> np.ndarray:
+    """Axis 0 folded ((x0 + x1) + x2) + … with NumPy's f32 adds (independent of the code under test)."""
+    acc = ranks[0]
+    for r in ranks[1:]:
+        acc = (acc + r).astype(np.float32)
+    return acc
+
+
+@pytest.mark.parametrize("size", [2, 4, 8])
+@pytest.mark.parametrize("axis, dim", [("tp", 0), ("tp", 1), ("dp", 0), ("dp", 1)])
+@pytest.mark.parametrize("op_name, policy", [("sum", "f32"), ("sum", Policy("bf16", accum="f32")), ("max", "f32"),
+                                             ("min", Policy("bf16", accum="f32")), ("prod", "f32"),
+                                             ("sum", Policy("f32", reduction="exact"))])
+def test_reduce_scatter_on_every_rank_is_its_box_of_the_one_process_result(size, axis, dim, op_name, policy):
+    """5 rows over tp=4 pad to blocks of 2; 3 columns over dp=2 pad to blocks of 2."""
+    policy = as_policy(policy) if isinstance(policy, str) else policy
+    values = np.asarray(op.cast(WHOLE, policy.storage.name))
+    i = MESH.axis_index(axis)
+    want = P2PCommunicator(MESH).reduce_scatter(values, axis, dim, op_name, policy)
+    if op_name == "sum" and policy == as_policy("f32"):  # independently: the ascending fold, zero-padded blocks
+        p = MESH.shape[i]
+        folded = np.expand_dims(_ascending_f32(np.moveaxis(values, i, 0)), i)
+        n = folded.shape[2 + dim]
+        block = -(-n // p)
+        pad = [(0, 0)] * folded.ndim
+        pad[2 + dim] = (0, block * p - n)
+        blocks = np.split(np.pad(folded, pad), p, axis=2 + dim)
+        np.testing.assert_array_equal(np.ascontiguousarray(want).view(np.uint32),
+                                      np.concatenate(blocks, axis=i).view(np.uint32))
+
+    def work(comm):
+        return comm.reduce_scatter(np.ascontiguousarray(box(values, comm)), axis, dim, op_name, policy)
+
+    for comm_rank, got in enumerate(on_threads(size, MESH, work)):
+        place = placement(MESH, World(comm_rank, size))
+        index = tuple(slice(s, s + b) for s, b in zip(place.start, place.box))
+        np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint8),
+                                      np.ascontiguousarray(want[index]).view(np.uint8))
+
+
+def test_reduce_scatter_in_small_rounds_gives_the_same_bits(monkeypatch):
+    monkeypatch.setattr(p2p, "ROUND_BYTES", 24)   # rounds of a few elements per owner
+    policy = as_policy("f32")
+    want = P2PCommunicator(MESH).reduce_scatter(WHOLE, "tp", 1, "sum", policy)
+    for r, got in enumerate(on_threads(4, MESH, lambda comm: comm.reduce_scatter(
+            np.ascontiguousarray(box(WHOLE, comm)), "tp", 1, "sum", policy))):
+        place = placement(MESH, World(r, 4))
+        index = tuple(slice(s, s + b) for s, b in zip(place.start, place.box))
+        np.testing.assert_array_equal(np.ascontiguousarray(got).view(np.uint32),
+                                      np.ascontiguousarray(want[index]).view(np.uint32))
+
+
+def test_reduce_scatter_of_order_sensitive_sums_is_the_ascending_fold():
+    """Per element: 1 then three 2^-24 (ascending: 1; pairwise: 1 + 2^-23), and the like."""
+    mesh = dist.Mesh(("r",), range(4))
+    t = np.float32(2.0 ** -24)
+    values = np.array([[1.0, -1.0, t, t], [t, -t, 1.0, t], [t, -t, t, t], [t, -t, t, 1.0]], np.float32)
+    results = on_threads(4, mesh, lambda comm: comm.reduce_scatter(
+        np.ascontiguousarray(box(values, comm)), "r", 0, "sum", as_policy("f32")))
+    assert [f"{g.view(np.uint32).item():08x}" for g in results] == ["3f800000", "bf800000", "3f800000", "3f800002"]
+
+
+@pytest.mark.parametrize("size", [2, 4])
+@pytest.mark.parametrize("dtype, storage", [("f32", np.float32), ("bf16", None)])
+def test_a_reduce_scatter_sends_a_rings_bytes_with_one_device_per_process(size, dtype, storage):
+    mesh = dist.Mesh(("r",), range(size))
+    values = np.asarray(op.cast(RNG.standard_normal((size, 1200)).astype(np.float32), dtype))
+    n_bytes = values[0].nbytes   # N: one device's whole contribution
+    comms = []
+
+    def work(comm):
+        comms.append(comm)
+        return comm.reduce_scatter(np.ascontiguousarray(box(values, comm)), "r", 0, "sum", as_policy(dtype))
+
+    on_threads(size, mesh, work)
+    assert sorted(c.transport.bytes_sent for c in comms) == [(size - 1) * n_bytes // size] * size  # (p-1)/p N
