@@ -133,22 +133,28 @@ _ROUNDING = {"rne": "TSR_RNE", "rtz": "TSR_RTZ", "rup": "TSR_RUP", "rdown": "TSR
 _OVERFLOW = {"native": "TSR_NATIVE", "saturate": "TSR_SATURATE"}
 
 
-def _convert(expr: str, src, dst, location=None, policy=None) -> str:
+#: the conversion of a store into a buffer of another format (TILE-NUM-2: the format's own rounding and overflow)
+_STORE = ("rne", "native")
+
+
+def _convert(expr: str, src, dst, location=None, modes=None) -> str:
     """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
     docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``).
-    With ``policy`` (a ``cast`` op's target, or a store) the conversion is GRAPH-CAST-1's:
-    an exact widening is ``tsr_widen`` (a NaN becomes the canonical quiet NaN of its sign),
-    a conversion into the source's own format canonicalizes NaN too, and ``tsr_cvt`` takes
-    the policy's rounding and overflow."""
-    if src is None or dst is None or src == dst and policy is None:
-        return expr
+    With ``modes`` (rounding, overflow: a ``cast`` op's target policy, or :data:`_STORE`) the
+    conversion is GRAPH-CAST-1's: an exact widening with ``rne``/``native`` is ``tsr_widen``
+    (a NaN becomes the canonical quiet NaN of its sign), a conversion into the source's own
+    format canonicalizes NaN too, and ``tsr_cvt`` takes other rounding and overflow modes
+    (saturate maps ±inf to the largest finite value even when widening)."""
+    if src is None or dst is None or src == dst and modes in (None, _STORE):
+        return expr  # a store into its own format is the identity
     ctype = _c(dst, f"a conversion from {src}", location)
-    if src != dst and (dst == "f64" or dst == "f32" and src != "f64"):
-        return f"tsr_widen<{ctype}>({expr})" if policy is not None else f"({ctype})({expr})"
-    modes = ""
-    if policy is not None and (policy.rounding, policy.overflow) != ("rne", "native"):
-        modes = f", {_ROUNDING[policy.rounding]}, {_OVERFLOW[policy.overflow]}"
-    return f"tsr_cvt<{ctype}{modes}>({expr})"
+    widening = src != dst and (dst == "f64" or dst == "f32" and src != "f64")
+    if widening and modes in (None, _STORE):
+        return f"tsr_widen<{ctype}>({expr})" if modes else f"({ctype})({expr})"
+    suffix = ""
+    if modes is not None and tuple(modes) != _STORE:
+        suffix = f", {_ROUNDING[modes[0]]}, {_OVERFLOW[modes[1]]}"
+    return f"tsr_cvt<{ctype}{suffix}>({expr})"
 
 
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
@@ -157,6 +163,51 @@ _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
 def tc_arch(model: str) -> str:
     """The architecture a tensor-core model describes: ``"tc:sm80"`` -> ``"sm_80"`` (CUDA-TC-1)."""
     return "sm_" + model[len(TC_PREFIX) + 2:]
+
+
+#: Float ops whose NaN results carry the hardware's bits, not the canonical NaN (NUM-EW-1)
+_RAW_FNS = {"add", "sub", "mul", "div", "floordiv", "mod", "sqrt", "neg", "abs"}
+_SELECT, _SHFL, _MMA, _UNARY = T._name("select"), T._name("shfl_xor"), T._name("mma"), T._name("unary")
+
+
+def _raw_nan(func) -> set:
+    """The float values of ``func`` that may hold a NaN whose sign or payload is the hardware's
+    (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN: the results of
+    + - * / sqrt neg abs and mma, and what select, shfl_xor and the results and carried values
+    of for/if pass on from them (a fixpoint over loops). The emitter canonicalizes them where
+    the bits are observed: stores and casts (CUDA-RUN-3)."""
+    raw: set = set()
+
+    def floating(v) -> bool:
+        return _format(v.type) not in (None, "i1")
+
+    def sources(op) -> list:  # (value, [values it takes a NaN from]) pairs, or a value raw by itself
+        if op.name in (_BINARY, _UNARY):
+            return [(op.results[0], None)] if op.attributes["fn"] in _RAW_FNS else []
+        if op.name == _MMA:
+            return [(op.results[0], None)]
+        if op.name == _SELECT:
+            return [(op.results[0], op.operands[1:])]
+        if op.name == _SHFL:
+            return [(op.results[0], op.operands[:1])]
+        yields = [r.entry.last_op.operands for r in op.regions if r.entry.ops and r.entry.last_op.name == T.YIELD]
+        if op.name == T.FOR:
+            args = op.regions[0].entry.args[1:]
+            return [(v, [op.operands[3 + i]] + [y[i] for y in yields]) for i, r in enumerate(op.results)
+                    for v in (r, args[i])]
+        if op.name == T.IF:
+            return [(r, [y[i] for y in yields]) for i, r in enumerate(op.results)]
+        return []
+
+    pairs = [pair for op in func.walk() for pair in sources(op) if floating(pair[0])]
+    changed = True
+    while changed:
+        changed = False
+        for value, via in pairs:
+            if value not in raw and (via is None or any(v in raw for v in via)):
+                raw.add(value)
+                changed = True
+    return raw
 
 
 def _index_type(func) -> str:
@@ -231,6 +282,7 @@ class _Emitter:
         self.idx = _index_type(func)
         self.tc_models = {}  # tensor-core model (accum "tc:…") of the kernel's mma ops -> the first one's location
         self.smem_offsets, self.smem_bytes = T.shared_layout(func)
+        self.raw = _raw_nan(func)  # values whose NaNs must be made canonical where observed
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -341,6 +393,11 @@ class _Emitter:
         n = self.names.get(v)
         return n if isinstance(n, str) else self.name(v)
 
+    def canon(self, v, expr: str) -> str:
+        """``expr`` (value ``v``, or an element of fragment ``v``) with a NaN made the canonical
+        quiet NaN where ``v`` may hold the hardware's (:func:`_raw_nan`)."""
+        return f"tsr_canon({expr})" if v in self.raw else expr
+
     # -- scalar ops -----------------------------------------------------------------------
     def op_lane_id(self, op):
         self.value(op, "threadIdx.x")
@@ -371,11 +428,12 @@ class _Emitter:
         v = op.attributes["value"]
         if isinstance(v, float):
             fmt = _format(op.results[0].type)
-            inf = "TSR_INF" if fmt == "f64" else "TSR_INFF"  # bit patterns: NVRTC has no math.h
-            text = ("-" if v < 0 else "") + inf if math.isinf(v) else f"{v!r}"
-            if fmt == "f32" and not math.isinf(v):
-                text += "f"
-            text = "-0.0f" if v == 0 and math.copysign(1, v) < 0 else text
+            if math.isinf(v):  # bit patterns: NVRTC has no math.h
+                text = ("-" if v < 0 else "") + ("TSR_INFF" if fmt == "f32" else "TSR_INF")
+            else:
+                text = f"{v!r}" + ("f" if fmt == "f32" else "")
+            if fmt not in ("f32", "f64"):  # a narrow constant: the double rounded once (TILE-NUM-2)
+                text = _convert(text, "f64", fmt, op.location)
         else:
             text = str(v)
         self.value(op, text)
@@ -412,12 +470,13 @@ class _Emitter:
         if not (src and dst):
             self.value(op, f"({self.ctype(t)})({x})")
             return
+        x = self.canon(op.operands[0], x)
         if t.policy.rounding == "stochastic":  # NUM-CVT-5 with NUM-RNG-4's bits of RNGKey(seed) at the index
             k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"]).words)
             bits = f"tsr_random_bits((tsr_u64)({self.arg(op.operands[1])}), {k0:#010x}u, {k1:#010x}u)"
             self.value(op, f"tsr_cvt_sr<{self.ctype(t)}, {_OVERFLOW[t.policy.overflow]}>({x}, {bits})")
             return
-        self.value(op, _convert(x, src, dst, op.location, t.policy))
+        self.value(op, _convert(x, src, dst, op.location, (t.policy.rounding, t.policy.overflow)))
 
     def op_shfl_xor(self, op):
         self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
@@ -442,7 +501,7 @@ class _Emitter:
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
         src, dst = _format(value.type), _format(op.operands[0].type)
-        stored = _convert(self.arg(value), src, dst, op.location, op.operands[0].type.policy if src != dst else None)
+        stored = _convert(self.canon(value, self.arg(value)), src, dst, op.location, _STORE)
         self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):
@@ -598,10 +657,11 @@ class _Emitter:
         self.emit(f"const {self.idx} {row} = {own.lane_row}, {col} = {own.lane_col};  // this lane's micro-tile origin")
         return row, col
 
-    def _move_blocked(self, view, frag: str, own, src_fmt, dst_fmt, store: bool) -> None:
+    def _move_blocked(self, view, frag, own, src_fmt, dst_fmt, store: bool) -> None:
         """Load (``store`` False) or store a separable micro-tile fragment element by element
         in straight-line code, consecutive columns of one row as one vector access where the
-        format is unchanged and the view makes it aligned."""
+        format is unchanged and the view makes it aligned; ``frag(s)`` is the C text of slot
+        ``s``."""
         row, col = self._lane_origin(own)
         ctype = _CTYPE.get(dst_fmt if store else src_fmt)
         s = 0
@@ -614,15 +674,15 @@ class _Emitter:
             if n > 1:
                 vec = _VECTOR[(ctype, n)]
                 if store:
-                    parts = ", ".join(f"{frag}[{s + i}]" for i in range(n))
+                    parts = ", ".join(frag(s + i) for i in range(n))
                     self.emit(f"*reinterpret_cast<{vec}*>(&{at}) = make_{vec}({parts});")
                 else:
                     self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
-                              + " ".join(f"{frag}[{s + i}] = t.{'xyzw'[i]};" for i in range(n)) + " }")
+                              + " ".join(f"{frag(s + i)} = t.{'xyzw'[i]};" for i in range(n)) + " }")
             elif store:
-                self.emit(f"{at} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, self.location)};")
+                self.emit(f"{at} = {_convert(frag(s), src_fmt, dst_fmt, self.location, _STORE)};")
             else:
-                self.emit(f"{frag}[{s}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+                self.emit(f"{frag(s)} = {_convert(at, src_fmt, dst_fmt, self.location)};")
             s += n
 
     def op_frag_load(self, op):
@@ -638,19 +698,21 @@ class _Emitter:
         own = self._own(frag)
         if own is not None and own.separable:
             fmt = _format(frag.type)
-            self._move_blocked(src, name, own, fmt, fmt, store=False)
+            self._move_blocked(src, lambda s: f"{name}[{s}]", own, fmt, fmt, store=False)
             return
         self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"), own)
 
     def op_frag_store(self, op):
-        dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
-        src_fmt, dst_fmt = _format(op.operands[1].type), _format(op.operands[0].type)
-        own = self._own(op.operands[1])
+        value = op.operands[1]
+        dst, frag = self.names[op.operands[0]], self.arg(value)
+        src_fmt, dst_fmt = _format(value.type), _format(op.operands[0].type)
+        own = self._own(value)
+        element = lambda s: self.canon(value, f"{frag}[{s}]")  # noqa: E731
         if own is not None and own.separable:
-            self._move_blocked(dst, frag, own, src_fmt, dst_fmt, store=True)
+            self._move_blocked(dst, element, own, src_fmt, dst_fmt, store=True)
             return
-        self._owned(op.operands[1].type, lambda s, m, n: self.emit(
-            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"), own)
+        self._owned(value.type, lambda s, m, n: self.emit(
+            f"{dst.at([m, n])} = {_convert(element(s), src_fmt, dst_fmt, op.location, _STORE)};"), own)
 
     @staticmethod
     def _is_frag(t) -> bool:
