@@ -133,28 +133,32 @@ _ROUNDING = {"rne": "TSR_RNE", "rtz": "TSR_RTZ", "rup": "TSR_RUP", "rdown": "TSR
 _OVERFLOW = {"native": "TSR_NATIVE", "saturate": "TSR_SATURATE"}
 
 
-#: the conversion of a store into a buffer of another format (TILE-NUM-2: the format's own rounding and overflow)
-_STORE = ("rne", "native")
+#: rounding to nearest even with the format's own overflow: tsr_cvt's defaults
+_NEAREST = ("rne", "native")
 
 
 def _convert(expr: str, src, dst, location=None, modes=None) -> str:
     """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
     docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``).
-    With ``modes`` (rounding, overflow: a ``cast`` op's target policy, or :data:`_STORE`) the
-    conversion is GRAPH-CAST-1's: an exact widening with ``rne``/``native`` is ``tsr_widen``
+    With ``modes`` (rounding, overflow: a ``cast`` op's target policy) the conversion is
+    GRAPH-CAST-1's: an exact widening with ``rne``/``native`` is ``tsr_widen``
     (a NaN becomes the canonical quiet NaN of its sign), a conversion into the source's own
     format canonicalizes NaN too, and ``tsr_cvt`` takes other rounding and overflow modes
     (saturate maps ±inf to the largest finite value even when widening)."""
-    if src is None or dst is None or src == dst and modes in (None, _STORE):
-        return expr  # a store into its own format is the identity
+    if src is None or dst is None or src == dst and modes is None:
+        return expr
     ctype = _c(dst, f"a conversion from {src}", location)
     widening = src != dst and (dst == "f64" or dst == "f32" and src != "f64")
-    if widening and modes in (None, _STORE):
+    if widening and modes in (None, _NEAREST):
         return f"tsr_widen<{ctype}>({expr})" if modes else f"({ctype})({expr})"
-    suffix = ""
-    if modes is not None and tuple(modes) != _STORE:
-        suffix = f", {_ROUNDING[modes[0]]}, {_OVERFLOW[modes[1]]}"
+    suffix = f", {_ROUNDING[modes[0]]}, {_OVERFLOW[modes[1]]}" if modes not in (None, _NEAREST) else ""
     return f"tsr_cvt<{ctype}{suffix}>({expr})"
+
+
+def _stored(expr: str, src, dst, location=None) -> str:
+    """``expr`` (format ``src``) stored into a buffer of format ``dst``: as it is into its own
+    format, else converted with rounding to nearest even and the format's own overflow (TILE-NUM-2)."""
+    return expr if src == dst else _convert(expr, src, dst, location, _NEAREST)
 
 
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
@@ -501,7 +505,7 @@ class _Emitter:
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
         src, dst = _format(value.type), _format(op.operands[0].type)
-        stored = _convert(self.canon(value, self.arg(value)), src, dst, op.location, _STORE)
+        stored = _stored(self.canon(value, self.arg(value)), src, dst, op.location)
         self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):
@@ -680,7 +684,7 @@ class _Emitter:
                     self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
                               + " ".join(f"{frag(s + i)} = t.{'xyzw'[i]};" for i in range(n)) + " }")
             elif store:
-                self.emit(f"{at} = {_convert(frag(s), src_fmt, dst_fmt, self.location, _STORE)};")
+                self.emit(f"{at} = {_stored(frag(s), src_fmt, dst_fmt, self.location)};")
             else:
                 self.emit(f"{frag(s)} = {_convert(at, src_fmt, dst_fmt, self.location)};")
             s += n
@@ -712,7 +716,7 @@ class _Emitter:
             self._move_blocked(dst, element, own, src_fmt, dst_fmt, store=True)
             return
         self._owned(value.type, lambda s, m, n: self.emit(
-            f"{dst.at([m, n])} = {_convert(element(s), src_fmt, dst_fmt, op.location, _STORE)};"), own)
+            f"{dst.at([m, n])} = {_stored(element(s), src_fmt, dst_fmt, op.location)};"), own)
 
     @staticmethod
     def _is_frag(t) -> bool:
