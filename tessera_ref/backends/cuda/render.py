@@ -171,47 +171,56 @@ def tc_arch(model: str) -> str:
 
 #: Float ops whose NaN results carry the hardware's bits, not the canonical NaN (NUM-EW-1)
 _RAW_FNS = {"add", "sub", "mul", "div", "floordiv", "mod", "sqrt", "neg", "abs"}
+#: Ops whose NaN results are bits the kernel must keep: loads (any payload) and casts (a sign)
+_KEPT_OPS = {T._name(short) for short in ("load", "frag_load", "cast")}
 _SELECT, _SHFL, _MMA, _UNARY = T._name("select"), T._name("shfl_xor"), T._name("mma"), T._name("unary")
 
 
-def _raw_nan(func) -> set:
-    """The float values of ``func`` that may hold a NaN whose sign or payload is the hardware's
-    (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN: the results of
-    + - * / sqrt neg abs and mma, and what select, shfl_xor and the results and carried values
-    of for/if pass on from them (a fixpoint over loops). The emitter canonicalizes them where
-    the bits are observed: stores and casts (CUDA-RUN-3)."""
-    raw: set = set()
-
-    def floating(v) -> bool:
-        return _format(v.type) not in (None, "i1")
-
-    def sources(op) -> list:  # (value, [values it takes a NaN from]) pairs, or a value raw by itself
-        if op.name in (_BINARY, _UNARY):
-            return [(op.results[0], None)] if op.attributes["fn"] in _RAW_FNS else []
-        if op.name == _MMA:
-            return [(op.results[0], None)]
-        if op.name == _SELECT:
-            return [(op.results[0], op.operands[1:])]
-        if op.name == _SHFL:
-            return [(op.results[0], op.operands[:1])]
-        yields = [r.entry.last_op.operands for r in op.regions if r.entry.ops and r.entry.last_op.name == T.YIELD]
-        if op.name == T.FOR:
-            args = op.regions[0].entry.args[1:]
-            return [(v, [op.operands[3 + i]] + [y[i] for y in yields]) for i, r in enumerate(op.results)
-                    for v in (r, args[i])]
-        if op.name == T.IF:
-            return [(r, [y[i] for y in yields]) for i, r in enumerate(op.results)]
-        return []
-
-    pairs = [pair for op in func.walk() for pair in sources(op) if floating(pair[0])]
+def _closure(pairs) -> set:
+    """The least set holding every ``value`` of ``pairs`` ``(value, via)`` whose ``via`` is
+    None or has a member in the set (a fixpoint: loops carry values around)."""
+    out: set = set()
     changed = True
     while changed:
         changed = False
         for value, via in pairs:
-            if value not in raw and (via is None or any(v in raw for v in via)):
-                raw.add(value)
+            if value not in out and (via is None or any(v in out for v in via)):
+                out.add(value)
                 changed = True
-    return raw
+    return out
+
+
+def _nan_classes(func) -> tuple:
+    """``(raw, kept)``: the float values of ``func`` that may hold a NaN whose sign or payload
+    is the hardware's (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN
+    — the results of + - * / sqrt neg abs and mma, and what shfl_xor, select and for/if pass
+    on from them — and those that may hold a NaN whose bits the interpreter keeps (loads,
+    casts, scalar parameters, and what they pass on). The emitter canonicalizes a raw value
+    where its bits are observed (stores, casts), and where it meets a kept one (a select's
+    operand, a for/if's initial or yielded value): there the merged value is kept, not raw
+    (CUDA-RUN-3)."""
+    def floating(v) -> bool:
+        return _format(v.type) not in (None, "i1")
+
+    seeds, merges = [], []  # (value, None); (value, the values it takes a NaN from)
+    seeds += [(a, None) for a in func.regions[0].entry.args if not (isinstance(a.type, TensorType) and a.type.rank)]
+    for op in func.walk():
+        yields = [r.entry.last_op.operands for r in op.regions if r.entry.ops and r.entry.last_op.name == T.YIELD]
+        if op.name == _SELECT:
+            merges.append((op.results[0], op.operands[1:]))
+        elif op.name == T.FOR:
+            args = op.regions[0].entry.args[1:]
+            merges += [(v, [op.operands[3 + i]] + [y[i] for y in yields]) for i, r in enumerate(op.results)
+                       for v in (r, args[i])]
+        elif op.name == T.IF:
+            merges += [(r, [y[i] for y in yields]) for i, r in enumerate(op.results)]
+    kept_seeds = [(op.results[0], None) for op in func.walk() if op.name in _KEPT_OPS]
+    shfl = [(op.results[0], op.operands[:1]) for op in func.walk() if op.name == _SHFL]
+    kept = _closure([p for p in seeds + kept_seeds + shfl + merges if floating(p[0])])
+    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name == _MMA
+                 or op.name in (_BINARY, _UNARY) and op.attributes["fn"] in _RAW_FNS]
+    raw = _closure([p for p in raw_seeds + shfl + [m for m in merges if m[0] not in kept] if floating(p[0])])
+    return raw, kept
 
 
 def _index_type(func) -> str:
@@ -286,7 +295,7 @@ class _Emitter:
         self.idx = _index_type(func)
         self.tc_models = {}  # tensor-core model (accum "tc:…") of the kernel's mma ops -> the first one's location
         self.smem_offsets, self.smem_bytes = T.shared_layout(func)
-        self.raw = _raw_nan(func)  # values whose NaNs must be made canonical where observed
+        self.raw, self.kept = _nan_classes(func)  # raw NaNs are made canonical where observed
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -397,10 +406,11 @@ class _Emitter:
         n = self.names.get(v)
         return n if isinstance(n, str) else self.name(v)
 
-    def canon(self, v, expr: str) -> str:
+    def canon(self, v, expr: str, into=None) -> str:
         """``expr`` (value ``v``, or an element of fragment ``v``) with a NaN made the canonical
-        quiet NaN where ``v`` may hold the hardware's (:func:`_raw_nan`)."""
-        return f"tsr_canon({expr})" if v in self.raw else expr
+        quiet NaN where ``v`` may hold the hardware's (:func:`_nan_classes`) — given ``into``
+        (the select or for/if value ``v`` flows into), only where that one is kept."""
+        return f"tsr_canon({expr})" if v in self.raw and (into is None or into in self.kept) else expr
 
     # -- scalar ops -----------------------------------------------------------------------
     def op_lane_id(self, op):
@@ -449,8 +459,9 @@ class _Emitter:
         return f"{a} {_BIN[fn]} {b}"
 
     @staticmethod
-    def _unary_expr(fn: str, x: str) -> str:
-        return {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": f"fabs({x})"}.get(fn, f"tsr_{fn}({x})")
+    def _unary_expr(fn: str, x: str, fmt) -> str:
+        absolute = f"__habs({x})" if fmt in ("f16", "bf16") else f"fabs({x})"  # cuda_fp16.h / cuda_bf16.h
+        return {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": absolute}.get(fn, f"tsr_{fn}({x})")
 
     def op_binary(self, op):
         fn = op.attributes["fn"]
@@ -462,11 +473,11 @@ class _Emitter:
         self.value(op, self._binary_expr(fn, a, b, floating))
 
     def op_unary(self, op):
-        fn = op.attributes["fn"]
+        fn, fmt = op.attributes["fn"], _format(op.results[0].type)
         if self._is_frag(op.results[0].type):
-            self._frag_map(op, lambda x: self._unary_expr(fn, x))
+            self._frag_map(op, lambda x: self._unary_expr(fn, x, fmt))
             return
-        self.value(op, self._unary_expr(fn, self.arg(op.operands[0])))
+        self.value(op, self._unary_expr(fn, self.arg(op.operands[0]), fmt))
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
@@ -493,7 +504,7 @@ class _Emitter:
         self.value(op, f"tsr_uniform_{fmt}((tsr_u64)({self.arg(op.operands[0])}), {k0:#010x}u, {k1:#010x}u)")
 
     def op_select(self, op):
-        m, a, b = (self.arg(v) for v in op.operands)
+        m, a, b = (self.canon(v, self.arg(v), op.results[0]) for v in op.operands)
         self.value(op, f"{m} ? {a} : {b}")
 
     # -- memory -----------------------------------------------------------------------------
@@ -932,20 +943,23 @@ class _Emitter:
                 self.emit(f"{self.ctype(r.type)} {names[-1]};")
         return names
 
-    def _assign(self, targets, values, types) -> None:
-        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps)."""
+    def _assign(self, targets, values, into) -> None:
+        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps) of the
+        for/if results ``into`` (a raw NaN made canonical where the result is kept)."""
         staged = []
-        for tgt, v, t in zip(targets, values, types):
+        for tgt, v, r in zip(targets, values, into):
+            t = r.type
             view = self.names.get(v)
             if isinstance(view, _View):
                 src = f"&{view.ptr}[{view.offset}]"
                 decl = f"{self.ctype(t)}*"
             elif isinstance(t, TensorType) and t.rank > 0:
                 self.emit("#pragma unroll")
-                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
+                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) "
+                          f"{tgt}[s] = {self.canon(v, f'{self.arg(v)}[s]', r)};")
                 continue
             else:
-                src, decl = self.arg(v), self.ctype(t)
+                src, decl = self.canon(v, self.arg(v), r), self.ctype(t)
             if tgt != src:
                 staged.append((tgt, src, decl))
         if len(staged) == 1:
@@ -966,12 +980,12 @@ class _Emitter:
             self.names[arg] = self.names[res]
             if res in self.layouts:
                 self.layouts[arg] = self.layouts[res]
-        self._assign(results, init, [v.type for v in init])
+        self._assign(results, init, op.results)
         ivn = self.name(iv)
         self.emit(f"for ({self.idx} {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
         self.indent += 1
         self.block(body)
-        self._assign(results, body.last_op.operands, [r.type for r in op.results])
+        self._assign(results, body.last_op.operands, op.results)
         self.indent -= 1
         self.emit("}")
 
@@ -986,7 +1000,7 @@ class _Emitter:
                 self.emit("} else {")
             self.indent += 1
             self.block(block)
-            self._assign(results, block.last_op.operands, [r.type for r in op.results])
+            self._assign(results, block.last_op.operands, op.results)
             self.indent -= 1
         self.emit("}")
 

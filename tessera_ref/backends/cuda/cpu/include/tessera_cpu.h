@@ -94,6 +94,8 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }
 
 inline unsigned short __half_as_ushort(__half x) { return x.__x; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.__x; }
+inline __half __habs(__half x) { x.__x &= 0x7fffu; return x; }
+inline __nv_bfloat16 __habs(__nv_bfloat16 x) { x.__x &= 0x7fffu; return x; }
 
 // the device half of tessera_device.cuh's conversions, for the twin's narrow types
 #define TSR_CPU_CVT_TO(T, TAG)                                                         \
