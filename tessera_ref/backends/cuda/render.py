@@ -36,10 +36,13 @@ Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
 ``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
 (cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
 narrower format is exact: a C cast where the value feeds arithmetic (mma operands), the
-header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a ``cast``
-op or a store; every other conversion calls the device header's ``tsr_cvt<T>(x)``, or
-``tsr_cvt<T, R, O>(x)`` for a ``cast`` into a policy with another rounding or overflow
-(CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CUDA's own conversions differ).
+header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a store or
+a ``cast`` op with ``rne``/``native``; every other conversion calls the device header's
+``tsr_cvt<T>(x)``, or ``tsr_cvt<T, R, O>(x)`` for a ``cast`` into a policy with another
+rounding or overflow (CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CUDA's own
+conversions differ). A NaN that arithmetic produces has the hardware's bits; the values that
+may hold one (:func:`_nan_classes`) go through ``tsr_canon`` where stored, cast or merged
+with a loaded value (CUDA-RUN-3).
 Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_*`` and the kernel is guarded
 to its model's architecture (CUDA-TC-1).
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
