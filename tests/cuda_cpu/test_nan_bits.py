@@ -148,3 +148,28 @@ def test_widening_casts_follow_the_overflow_mode_on_every_code(src, dst, roundin
     assert np.array_equal(bits(y), want), np.flatnonzero(bits(y) != want)[:4]
     assert bits(y)[0x7C00 if src == "f16" else 0x7F80] == (bits(np.array(np.inf, DTYPES[dst]))
                                                           if overflow == "native" else bits(np.finfo(DTYPES[dst]).max))
+
+
+def _carried_kernel():
+    """acc = X[i]; for _ in range(n): acc = acc + Y[i]; Z[i] = acc: a loaded NaN carried
+    through a loop that may not run."""
+    kb = T.KernelBuilder("carried", [("X", T.buffer((N,), "f32")), ("Y", T.buffer((N,), "f32")),
+                                     ("Z", T.buffer((N,), "f32"), True), ("n", "index")])
+    X, Y, Z, n = kb.params
+    i = kb.lane_id()
+    x, y = kb.load(X, [i]), kb.load(Y, [i])
+    (acc,) = kb.for_(0, n, 1, init=[x], body=lambda k, a: [kb.binary("add", a, y)])
+    kb.store(Z, [i], acc)
+    return kb.finish()
+
+
+@pytest.mark.parametrize("trips", [0, 1, 2])
+def test_a_loaded_nan_carried_by_a_loop_keeps_its_bits_only_if_the_loop_does_not_run(trips):
+    x, y = _specials("f32")
+    module = _carried_kernel()
+    got, want = np.zeros(N, np.float32), np.zeros(N, np.float32)
+    _launch("cuda-cpu", module, [x, y, got, trips])
+    _launch("interp", module, [x, y, want, trips])
+    assert np.array_equal(bits(got), bits(want))
+    assert bits(got)[2] == (bits(x)[2] if trips == 0 else CANONICAL["f32"])  # −NaN with a payload
+    assert bits(got)[3] == CANONICAL["f32"] if trips else bits(got)[3] == bits(x)[3]

@@ -201,20 +201,23 @@ def _nan_classes(func) -> tuple:
     casts, scalar parameters, and what they pass on). The emitter canonicalizes a raw value
     where its bits are observed (stores, casts), and where it meets a kept one (a select's
     operand, a for/if's initial or yielded value): there the merged value is kept, not raw
-    (CUDA-RUN-3)."""
+    (CUDA-RUN-3). A loop that surely runs gives its last yielded values, and a carried value
+    that only feeds arithmetic and mma (an accumulator) is never observed: neither makes
+    its loop canonicalize."""
     def floating(v) -> bool:
         return _format(v.type) not in (None, "i1")
 
-    seeds, merges = [], []  # (value, None); (value, the values it takes a NaN from)
+    seeds, merges, unseen = [], [], []  # (value, None); (value, the values it takes a NaN from)
     seeds += [(a, None) for a in func.regions[0].entry.args if not (isinstance(a.type, TensorType) and a.type.rank)]
     for op in func.walk():
         yields = [r.entry.last_op.operands for r in op.regions if r.entry.ops and r.entry.last_op.name == T.YIELD]
         if op.name == _SELECT:
             merges.append((op.results[0], op.operands[1:]))
         elif op.name == T.FOR:
-            args = op.regions[0].entry.args[1:]
-            merges += [(v, [op.operands[3 + i]] + [y[i] for y in yields]) for i, r in enumerate(op.results)
-                       for v in (r, args[i])]
+            args, init = op.regions[0].entry.args[1:], op.operands[3:]
+            for i, r in enumerate(op.results):
+                merges.append((r, ([] if _runs(op) else [init[i]]) + [y[i] for y in yields]))
+                (unseen if _unobserved(args[i]) else merges).append((args[i], [init[i]] + [y[i] for y in yields]))
         elif op.name == T.IF:
             merges += [(r, [y[i] for y in yields]) for i, r in enumerate(op.results)]
     kept_seeds = [(op.results[0], None) for op in func.walk() if op.name in _KEPT_OPS]
@@ -222,8 +225,25 @@ def _nan_classes(func) -> tuple:
     kept = _closure([p for p in seeds + kept_seeds + shfl + merges if floating(p[0])])
     raw_seeds = [(op.results[0], None) for op in func.walk() if op.name == _MMA
                  or op.name in (_BINARY, _UNARY) and op.attributes["fn"] in _RAW_FNS]
-    raw = _closure([p for p in raw_seeds + shfl + [m for m in merges if m[0] not in kept] if floating(p[0])])
+    raw = _closure([p for p in raw_seeds + shfl + unseen + [m for m in merges if m[0] not in kept]
+                    if floating(p[0])])
     return raw, kept
+
+
+def _runs(loop) -> bool:
+    """Whether ``loop`` (a for) has constant bounds and at least one iteration: its results
+    are then its last yielded values, never its initial ones."""
+    bounds = [v.defining_op for v in loop.operands[:3]]
+    if any(b is None or b.name != _CONSTANT for b in bounds):
+        return False
+    return len(range(*(b.attributes["value"] for b in bounds))) > 0
+
+
+def _unobserved(value) -> bool:
+    """Whether no use of ``value`` shows a NaN's bits: it only feeds arithmetic, comparisons,
+    max/min, math functions and mma, whose NaN results do not depend on an operand's NaN bits
+    (a carried accumulator may then mix a loaded NaN and a raw one)."""
+    return all(u.name in (_BINARY, _UNARY, _MMA) for u in value.users)
 
 
 def _index_type(func) -> str:
