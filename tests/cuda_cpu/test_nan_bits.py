@@ -127,7 +127,8 @@ def _widened(x, dst, overflow):
     (native) or ±max (saturate), a NaN the target's canonical quiet NaN with its sign."""
     dt = DTYPES[dst]
     wide = x.astype(np.float64)
-    y = wide.astype(dt)
+    with np.errstate(invalid="ignore"):
+        y = wide.astype(dt)
     if overflow == "saturate":
         y = np.where(np.isinf(wide), np.copysign(np.finfo(dt).max, wide), y).astype(dt)
     out = bits(y).copy()
