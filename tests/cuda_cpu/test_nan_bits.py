@@ -126,8 +126,8 @@ def _widened(x, dst, overflow):
     """GRAPH-CAST-1 into a wider float format, computed here: the exact value, ±inf kept
     (native) or ±max (saturate), a NaN the target's canonical quiet NaN with its sign."""
     dt = DTYPES[dst]
-    wide = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # NaN codes
+        wide = x.astype(np.float64)
         y = wide.astype(dt)
     if overflow == "saturate":
         y = np.where(np.isinf(wide), np.copysign(np.finfo(dt).max, wide), y).astype(dt)
