@@ -174,3 +174,32 @@ def test_a_loaded_nan_carried_by_a_loop_keeps_its_bits_only_if_the_loop_does_not
     assert np.array_equal(bits(got), bits(want))
     assert bits(got)[2] == (bits(x)[2] if trips == 0 else CANONICAL["f32"])  # −NaN with a payload
     assert bits(got)[3] == CANONICAL["f32"] if trips else bits(got)[3] == bits(x)[3]
+
+
+def _observed_kernel():
+    """acc = X[i]; for k in range(2): W[i] = acc; acc = acc + Y[i]: the carried value is stored
+    in a loop that surely runs (its first iteration stores the loaded NaN, the second a sum)."""
+    kb = T.KernelBuilder("observed", [("X", T.buffer((N,), "f32")), ("Y", T.buffer((N,), "f32")),
+                                      ("W", T.buffer((N,), "f32"), True), ("Z", T.buffer((N,), "f32"), True)])
+    X, Y, W, Z = kb.params
+    i = kb.lane_id()
+    x, y = kb.load(X, [i]), kb.load(Y, [i])
+
+    def body(k, a):
+        kb.store(W, [i], a)
+        return [kb.binary("add", a, y)]
+    (acc,) = kb.for_(0, 2, 1, init=[x], body=body)
+    kb.store(Z, [i], acc)
+    return kb.finish()
+
+
+def test_a_carried_value_stored_in_a_loop_that_runs_is_made_canonical_where_it_is_a_sum():
+    x, y = _specials("f32")
+    module = _observed_kernel()
+    got = [np.zeros(N, np.float32) for _ in range(2)]
+    want = [np.zeros(N, np.float32) for _ in range(2)]
+    _launch("cuda-cpu", module, [x, y] + got)
+    _launch("interp", module, [x, y] + want)
+    for g, w in zip(got, want):
+        assert np.array_equal(bits(g), bits(w))
+    assert bits(got[0])[2] == CANONICAL["f32"] and bits(got[1])[2] == CANONICAL["f32"]  # (−NaN) + 1, stored

@@ -432,8 +432,9 @@ class _Emitter:
     def canon(self, v, expr: str, into=None) -> str:
         """``expr`` (value ``v``, or an element of fragment ``v``) with a NaN made the canonical
         quiet NaN where ``v`` may hold the hardware's (:func:`_nan_classes`) — given ``into``
-        (the select or for/if value ``v`` flows into), only where that one is kept."""
-        return f"tsr_canon({expr})" if v in self.raw and (into is None or into in self.kept) else expr
+        (the values of a select, for or if that ``v`` flows into), only where one is kept."""
+        merged = into is None or any(i in self.kept for i in into)
+        return f"tsr_canon({expr})" if v in self.raw and merged else expr
 
     # -- scalar ops -----------------------------------------------------------------------
     def op_lane_id(self, op):
@@ -527,7 +528,8 @@ class _Emitter:
         self.value(op, f"tsr_uniform_{fmt}((tsr_u64)({self.arg(op.operands[0])}), {k0:#010x}u, {k1:#010x}u)")
 
     def op_select(self, op):
-        m, a, b = (self.canon(v, self.arg(v), op.results[0]) for v in op.operands)
+        m = self.arg(op.operands[0])
+        a, b = (self.canon(v, self.arg(v), op.results) for v in op.operands[1:])
         self.value(op, f"{m} ? {a} : {b}")
 
     # -- memory -----------------------------------------------------------------------------
@@ -967,11 +969,12 @@ class _Emitter:
         return names
 
     def _assign(self, targets, values, into) -> None:
-        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps) of the
-        for/if results ``into`` (a raw NaN made canonical where the result is kept)."""
+        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps); ``into``:
+        per target, the for/if result and carried value it is (a raw NaN made canonical where
+        one of them is kept)."""
         staged = []
         for tgt, v, r in zip(targets, values, into):
-            t = r.type
+            t = r[0].type
             view = self.names.get(v)
             if isinstance(view, _View):
                 src = f"&{view.ptr}[{view.offset}]"
@@ -1003,12 +1006,12 @@ class _Emitter:
             self.names[arg] = self.names[res]
             if res in self.layouts:
                 self.layouts[arg] = self.layouts[res]
-        self._assign(results, init, op.results)
+        self._assign(results, init, list(zip(op.results, carried)))
         ivn = self.name(iv)
         self.emit(f"for ({self.idx} {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
         self.indent += 1
         self.block(body)
-        self._assign(results, body.last_op.operands, op.results)
+        self._assign(results, body.last_op.operands, list(zip(op.results, carried)))
         self.indent -= 1
         self.emit("}")
 
@@ -1023,7 +1026,7 @@ class _Emitter:
                 self.emit("} else {")
             self.indent += 1
             self.block(block)
-            self._assign(results, block.last_op.operands, op.results)
+            self._assign(results, block.last_op.operands, [(r,) for r in op.results])
             self.indent -= 1
         self.emit("}")
 
