@@ -36,10 +36,13 @@ Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
 ``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
 (cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
 narrower format is exact: a C cast where the value feeds arithmetic (mma operands), the
-header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a ``cast``
-op or a store; every other conversion calls the device header's ``tsr_cvt<T>(x)``, or
-``tsr_cvt<T, R, O>(x)`` for a ``cast`` into a policy with another rounding or overflow
-(CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CUDA's own conversions differ).
+header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a store or
+a ``cast`` op with ``rne``/``native``; every other conversion calls the device header's
+``tsr_cvt<T>(x)``, or ``tsr_cvt<T, R, O>(x)`` for a ``cast`` into a policy with another
+rounding or overflow (CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CUDA's own
+conversions differ). A NaN that arithmetic produces has the hardware's bits; the values that
+may hold one (:func:`_nan_classes`) go through ``tsr_canon`` where stored, cast or merged
+with a loaded value (CUDA-RUN-3).
 Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_*`` and the kernel is guarded
 to its model's architecture (CUDA-TC-1).
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
@@ -133,22 +136,32 @@ _ROUNDING = {"rne": "TSR_RNE", "rtz": "TSR_RTZ", "rup": "TSR_RUP", "rdown": "TSR
 _OVERFLOW = {"native": "TSR_NATIVE", "saturate": "TSR_SATURATE"}
 
 
-def _convert(expr: str, src, dst, location=None, policy=None) -> str:
+#: rounding to nearest even with the format's own overflow: tsr_cvt's defaults
+_NEAREST = ("rne", "native")
+
+
+def _convert(expr: str, src, dst, location=None, modes=None) -> str:
     """``expr`` (a value of format ``src``) as a value of format ``dst`` (see the module
     docstring: an exact widening into f32/f64 is a C cast, anything else ``tsr_cvt``).
-    With ``policy`` (a ``cast`` op's target, or a store) the conversion is GRAPH-CAST-1's:
-    an exact widening is ``tsr_widen`` (a NaN becomes the canonical quiet NaN of its sign),
-    a conversion into the source's own format canonicalizes NaN too, and ``tsr_cvt`` takes
-    the policy's rounding and overflow."""
-    if src is None or dst is None or src == dst and policy is None:
+    With ``modes`` (rounding, overflow: a ``cast`` op's target policy) the conversion is
+    GRAPH-CAST-1's: an exact widening with ``rne``/``native`` is ``tsr_widen``
+    (a NaN becomes the canonical quiet NaN of its sign), a conversion into the source's own
+    format canonicalizes NaN too, and ``tsr_cvt`` takes other rounding and overflow modes
+    (saturate maps ±inf to the largest finite value even when widening)."""
+    if src is None or dst is None or src == dst and modes is None:
         return expr
     ctype = _c(dst, f"a conversion from {src}", location)
-    if src != dst and (dst == "f64" or dst == "f32" and src != "f64"):
-        return f"tsr_widen<{ctype}>({expr})" if policy is not None else f"({ctype})({expr})"
-    modes = ""
-    if policy is not None and (policy.rounding, policy.overflow) != ("rne", "native"):
-        modes = f", {_ROUNDING[policy.rounding]}, {_OVERFLOW[policy.overflow]}"
-    return f"tsr_cvt<{ctype}{modes}>({expr})"
+    widening = src != dst and (dst == "f64" or dst == "f32" and src != "f64")
+    if widening and modes in (None, _NEAREST):
+        return f"tsr_widen<{ctype}>({expr})" if modes else f"({ctype})({expr})"
+    suffix = f", {_ROUNDING[modes[0]]}, {_OVERFLOW[modes[1]]}" if modes not in (None, _NEAREST) else ""
+    return f"tsr_cvt<{ctype}{suffix}>({expr})"
+
+
+def _stored(expr: str, src, dst, location=None) -> str:
+    """``expr`` (format ``src``) stored into a buffer of format ``dst``: as it is into its own
+    format, else converted with rounding to nearest even and the format's own overflow (TILE-NUM-2)."""
+    return expr if src == dst else _convert(expr, src, dst, location, _NEAREST)
 
 
 _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
@@ -157,6 +170,80 @@ _CONSTANT, _BINARY = T._name("constant"), T._name("binary")
 def tc_arch(model: str) -> str:
     """The architecture a tensor-core model describes: ``"tc:sm80"`` -> ``"sm_80"`` (CUDA-TC-1)."""
     return "sm_" + model[len(TC_PREFIX) + 2:]
+
+
+#: Float ops whose NaN results carry the hardware's bits, not the canonical NaN (NUM-EW-1)
+_RAW_FNS = {"add", "sub", "mul", "div", "floordiv", "mod", "sqrt", "neg", "abs"}
+#: Ops whose NaN results are bits the kernel must keep: loads (any payload) and casts (a sign)
+_KEPT_OPS = {T._name(short) for short in ("load", "frag_load", "cast")}
+_SELECT, _SHFL, _MMA, _UNARY = T._name("select"), T._name("shfl_xor"), T._name("mma"), T._name("unary")
+
+
+def _closure(pairs) -> set:
+    """The least set holding every ``value`` of ``pairs`` ``(value, via)`` whose ``via`` is
+    None or has a member in the set (a fixpoint: loops carry values around)."""
+    out: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for value, via in pairs:
+            if value not in out and (via is None or any(v in out for v in via)):
+                out.add(value)
+                changed = True
+    return out
+
+
+def _nan_classes(func) -> tuple:
+    """``(raw, kept)``: the float values of ``func`` that may hold a NaN whose sign or payload
+    is the hardware's (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN
+    — the results of + - * / sqrt neg abs and mma, and what shfl_xor, select and for/if pass
+    on from them — and those that may hold a NaN whose bits the interpreter keeps (loads,
+    casts, scalar parameters, and what they pass on). The emitter canonicalizes a raw value
+    where its bits are observed (stores, casts), and where it meets a kept one (a select's
+    operand, a for/if's initial or yielded value): there the merged value is kept, not raw
+    (CUDA-RUN-3). A loop that surely runs gives its last yielded values, and a carried value
+    that only feeds arithmetic and mma (an accumulator) is never observed: neither makes
+    its loop canonicalize."""
+    def floating(v) -> bool:
+        return _format(v.type) not in (None, "i1")
+
+    seeds, merges, unseen = [], [], []  # (value, None); (value, the values it takes a NaN from)
+    seeds += [(a, None) for a in func.regions[0].entry.args if not (isinstance(a.type, TensorType) and a.type.rank)]
+    for op in func.walk():
+        yields = [r.entry.last_op.operands for r in op.regions if r.entry.ops and r.entry.last_op.name == T.YIELD]
+        if op.name == _SELECT:
+            merges.append((op.results[0], op.operands[1:]))
+        elif op.name == T.FOR:
+            args, init = op.regions[0].entry.args[1:], op.operands[3:]
+            for i, r in enumerate(op.results):
+                merges.append((r, ([] if _runs(op) else [init[i]]) + [y[i] for y in yields]))
+                (unseen if _unobserved(args[i]) else merges).append((args[i], [init[i]] + [y[i] for y in yields]))
+        elif op.name == T.IF:
+            merges += [(r, [y[i] for y in yields]) for i, r in enumerate(op.results)]
+    kept_seeds = [(op.results[0], None) for op in func.walk() if op.name in _KEPT_OPS]
+    shfl = [(op.results[0], op.operands[:1]) for op in func.walk() if op.name == _SHFL]
+    kept = _closure([p for p in seeds + kept_seeds + shfl + merges if floating(p[0])])
+    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name == _MMA
+                 or op.name in (_BINARY, _UNARY) and op.attributes["fn"] in _RAW_FNS]
+    raw = _closure([p for p in raw_seeds + shfl + unseen + [m for m in merges if m[0] not in kept]
+                    if floating(p[0])])
+    return raw, kept
+
+
+def _runs(loop) -> bool:
+    """Whether ``loop`` (a for) has constant bounds and at least one iteration: its results
+    are then its last yielded values, never its initial ones."""
+    bounds = [v.defining_op for v in loop.operands[:3]]
+    if any(b is None or b.name != _CONSTANT for b in bounds):
+        return False
+    return len(range(*(b.attributes["value"] for b in bounds))) > 0
+
+
+def _unobserved(value) -> bool:
+    """Whether no use of ``value`` shows a NaN's bits: it only feeds arithmetic, comparisons,
+    max/min, math functions and mma, whose NaN results do not depend on an operand's NaN bits
+    (a carried accumulator may then mix a loaded NaN and a raw one)."""
+    return all(u.name in (_BINARY, _UNARY, _MMA) for u in value.users)
 
 
 def _index_type(func) -> str:
@@ -231,6 +318,7 @@ class _Emitter:
         self.idx = _index_type(func)
         self.tc_models = {}  # tensor-core model (accum "tc:…") of the kernel's mma ops -> the first one's location
         self.smem_offsets, self.smem_bytes = T.shared_layout(func)
+        self.raw, self.kept = _nan_classes(func)  # raw NaNs are made canonical where observed
 
     def name(self, value) -> str:
         if value not in self.names:
@@ -341,6 +429,13 @@ class _Emitter:
         n = self.names.get(v)
         return n if isinstance(n, str) else self.name(v)
 
+    def canon(self, v, expr: str, into=None) -> str:
+        """``expr`` (value ``v``, or an element of fragment ``v``) with a NaN made the canonical
+        quiet NaN where ``v`` may hold the hardware's (:func:`_nan_classes`) — given ``into``
+        (the values of a select, for or if that ``v`` flows into), only where one is kept."""
+        merged = into is None or any(i in self.kept for i in into)
+        return f"tsr_canon({expr})" if v in self.raw and merged else expr
+
     # -- scalar ops -----------------------------------------------------------------------
     def op_lane_id(self, op):
         self.value(op, "threadIdx.x")
@@ -371,11 +466,12 @@ class _Emitter:
         v = op.attributes["value"]
         if isinstance(v, float):
             fmt = _format(op.results[0].type)
-            inf = "TSR_INF" if fmt == "f64" else "TSR_INFF"  # bit patterns: NVRTC has no math.h
-            text = ("-" if v < 0 else "") + inf if math.isinf(v) else f"{v!r}"
-            if fmt == "f32" and not math.isinf(v):
-                text += "f"
-            text = "-0.0f" if v == 0 and math.copysign(1, v) < 0 else text
+            if math.isinf(v):  # bit patterns: NVRTC has no math.h
+                text = ("-" if v < 0 else "") + ("TSR_INFF" if fmt == "f32" else "TSR_INF")
+            else:
+                text = f"{v!r}" + ("f" if fmt == "f32" else "")
+            if fmt not in ("f32", "f64"):  # a narrow constant: the double rounded once (TILE-NUM-2)
+                text = _convert(text, "f64", fmt, op.location)
         else:
             text = str(v)
         self.value(op, text)
@@ -387,8 +483,9 @@ class _Emitter:
         return f"{a} {_BIN[fn]} {b}"
 
     @staticmethod
-    def _unary_expr(fn: str, x: str) -> str:
-        return {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": f"fabs({x})"}.get(fn, f"tsr_{fn}({x})")
+    def _unary_expr(fn: str, x: str, fmt) -> str:
+        absolute = f"__habs({x})" if fmt in ("f16", "bf16") else f"fabs({x})"  # cuda_fp16.h / cuda_bf16.h
+        return {"neg": f"-{x}", "not": f"!{x}", "sqrt": f"sqrt({x})", "abs": absolute}.get(fn, f"tsr_{fn}({x})")
 
     def op_binary(self, op):
         fn = op.attributes["fn"]
@@ -400,11 +497,11 @@ class _Emitter:
         self.value(op, self._binary_expr(fn, a, b, floating))
 
     def op_unary(self, op):
-        fn = op.attributes["fn"]
+        fn, fmt = op.attributes["fn"], _format(op.results[0].type)
         if self._is_frag(op.results[0].type):
-            self._frag_map(op, lambda x: self._unary_expr(fn, x))
+            self._frag_map(op, lambda x: self._unary_expr(fn, x, fmt))
             return
-        self.value(op, self._unary_expr(fn, self.arg(op.operands[0])))
+        self.value(op, self._unary_expr(fn, self.arg(op.operands[0]), fmt))
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
@@ -412,12 +509,13 @@ class _Emitter:
         if not (src and dst):
             self.value(op, f"({self.ctype(t)})({x})")
             return
+        x = self.canon(op.operands[0], x)
         if t.policy.rounding == "stochastic":  # NUM-CVT-5 with NUM-RNG-4's bits of RNGKey(seed) at the index
             k0, k1 = (int(w) for w in RNGKey(op.attributes["seed"]).words)
             bits = f"tsr_random_bits((tsr_u64)({self.arg(op.operands[1])}), {k0:#010x}u, {k1:#010x}u)"
             self.value(op, f"tsr_cvt_sr<{self.ctype(t)}, {_OVERFLOW[t.policy.overflow]}>({x}, {bits})")
             return
-        self.value(op, _convert(x, src, dst, op.location, t.policy))
+        self.value(op, _convert(x, src, dst, op.location, (t.policy.rounding, t.policy.overflow)))
 
     def op_shfl_xor(self, op):
         self.value(op, f"tsr_shfl_xor({self.arg(op.operands[0])}, {op.attributes['offset']})")
@@ -430,7 +528,8 @@ class _Emitter:
         self.value(op, f"tsr_uniform_{fmt}((tsr_u64)({self.arg(op.operands[0])}), {k0:#010x}u, {k1:#010x}u)")
 
     def op_select(self, op):
-        m, a, b = (self.arg(v) for v in op.operands)
+        m = self.arg(op.operands[0])
+        a, b = (self.canon(v, self.arg(v), op.results) for v in op.operands[1:])
         self.value(op, f"{m} ? {a} : {b}")
 
     # -- memory -----------------------------------------------------------------------------
@@ -442,7 +541,7 @@ class _Emitter:
         view = self.names[op.operands[0]]
         index, value = op.operands[1:-1], op.operands[-1]
         src, dst = _format(value.type), _format(op.operands[0].type)
-        stored = _convert(self.arg(value), src, dst, op.location, op.operands[0].type.policy if src != dst else None)
+        stored = _stored(self.canon(value, self.arg(value)), src, dst, op.location)
         self.emit(f"{view.at([self.arg(v) for v in index])} = {stored};")
 
     def op_alloc(self, op):
@@ -598,10 +697,11 @@ class _Emitter:
         self.emit(f"const {self.idx} {row} = {own.lane_row}, {col} = {own.lane_col};  // this lane's micro-tile origin")
         return row, col
 
-    def _move_blocked(self, view, frag: str, own, src_fmt, dst_fmt, store: bool) -> None:
+    def _move_blocked(self, view, frag, own, src_fmt, dst_fmt, store: bool) -> None:
         """Load (``store`` False) or store a separable micro-tile fragment element by element
         in straight-line code, consecutive columns of one row as one vector access where the
-        format is unchanged and the view makes it aligned."""
+        format is unchanged and the view makes it aligned; ``frag(s)`` is the C text of slot
+        ``s``."""
         row, col = self._lane_origin(own)
         ctype = _CTYPE.get(dst_fmt if store else src_fmt)
         s = 0
@@ -614,15 +714,15 @@ class _Emitter:
             if n > 1:
                 vec = _VECTOR[(ctype, n)]
                 if store:
-                    parts = ", ".join(f"{frag}[{s + i}]" for i in range(n))
+                    parts = ", ".join(frag(s + i) for i in range(n))
                     self.emit(f"*reinterpret_cast<{vec}*>(&{at}) = make_{vec}({parts});")
                 else:
                     self.emit(f"{{ const {vec} t = *reinterpret_cast<const {vec}*>(&{at}); "
-                              + " ".join(f"{frag}[{s + i}] = t.{'xyzw'[i]};" for i in range(n)) + " }")
+                              + " ".join(f"{frag(s + i)} = t.{'xyzw'[i]};" for i in range(n)) + " }")
             elif store:
-                self.emit(f"{at} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, self.location)};")
+                self.emit(f"{at} = {_stored(frag(s), src_fmt, dst_fmt, self.location)};")
             else:
-                self.emit(f"{frag}[{s}] = {_convert(at, src_fmt, dst_fmt, self.location)};")
+                self.emit(f"{frag(s)} = {_convert(at, src_fmt, dst_fmt, self.location)};")
             s += n
 
     def op_frag_load(self, op):
@@ -638,19 +738,21 @@ class _Emitter:
         own = self._own(frag)
         if own is not None and own.separable:
             fmt = _format(frag.type)
-            self._move_blocked(src, name, own, fmt, fmt, store=False)
+            self._move_blocked(src, lambda s: f"{name}[{s}]", own, fmt, fmt, store=False)
             return
         self._owned(frag.type, lambda s, m, n: self.emit(f"{name}[{s}] = {src.at([m, n])};"), own)
 
     def op_frag_store(self, op):
-        dst, frag = self.names[op.operands[0]], self.arg(op.operands[1])
-        src_fmt, dst_fmt = _format(op.operands[1].type), _format(op.operands[0].type)
-        own = self._own(op.operands[1])
+        value = op.operands[1]
+        dst, frag = self.names[op.operands[0]], self.arg(value)
+        src_fmt, dst_fmt = _format(value.type), _format(op.operands[0].type)
+        own = self._own(value)
+        element = lambda s: self.canon(value, f"{frag}[{s}]")  # noqa: E731
         if own is not None and own.separable:
-            self._move_blocked(dst, frag, own, src_fmt, dst_fmt, store=True)
+            self._move_blocked(dst, element, own, src_fmt, dst_fmt, store=True)
             return
-        self._owned(op.operands[1].type, lambda s, m, n: self.emit(
-            f"{dst.at([m, n])} = {_convert(f'{frag}[{s}]', src_fmt, dst_fmt, op.location)};"), own)
+        self._owned(value.type, lambda s, m, n: self.emit(
+            f"{dst.at([m, n])} = {_stored(element(s), src_fmt, dst_fmt, op.location)};"), own)
 
     @staticmethod
     def _is_frag(t) -> bool:
@@ -866,20 +968,24 @@ class _Emitter:
                 self.emit(f"{self.ctype(r.type)} {names[-1]};")
         return names
 
-    def _assign(self, targets, values, types) -> None:
-        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps)."""
+    def _assign(self, targets, values, into) -> None:
+        """``targets = values`` as a parallel assignment (``s0, s1 = s1, s0`` swaps); ``into``:
+        per target, the for/if result and carried value it is (a raw NaN made canonical where
+        one of them is kept)."""
         staged = []
-        for tgt, v, t in zip(targets, values, types):
+        for tgt, v, r in zip(targets, values, into):
+            t = r[0].type
             view = self.names.get(v)
             if isinstance(view, _View):
                 src = f"&{view.ptr}[{view.offset}]"
                 decl = f"{self.ctype(t)}*"
             elif isinstance(t, TensorType) and t.rank > 0:
                 self.emit("#pragma unroll")
-                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) {tgt}[s] = {self.arg(v)}[s];")
+                self.emit(f"for (int s = 0; s < {self._frag_len(t, v)}; ++s) "
+                          f"{tgt}[s] = {self.canon(v, f'{self.arg(v)}[s]', r)};")
                 continue
             else:
-                src, decl = self.arg(v), self.ctype(t)
+                src, decl = self.canon(v, self.arg(v), r), self.ctype(t)
             if tgt != src:
                 staged.append((tgt, src, decl))
         if len(staged) == 1:
@@ -900,12 +1006,12 @@ class _Emitter:
             self.names[arg] = self.names[res]
             if res in self.layouts:
                 self.layouts[arg] = self.layouts[res]
-        self._assign(results, init, [v.type for v in init])
+        self._assign(results, init, list(zip(op.results, carried)))
         ivn = self.name(iv)
         self.emit(f"for ({self.idx} {ivn} = {self.arg(lb)}; {ivn} < {self.arg(ub)}; {ivn} += {self.arg(step)}) {{")
         self.indent += 1
         self.block(body)
-        self._assign(results, body.last_op.operands, [r.type for r in op.results])
+        self._assign(results, body.last_op.operands, list(zip(op.results, carried)))
         self.indent -= 1
         self.emit("}")
 
@@ -920,7 +1026,7 @@ class _Emitter:
                 self.emit("} else {")
             self.indent += 1
             self.block(block)
-            self._assign(results, block.last_op.operands, [r.type for r in op.results])
+            self._assign(results, block.last_op.operands, [(r,) for r in op.results])
             self.indent -= 1
         self.emit("}")
 

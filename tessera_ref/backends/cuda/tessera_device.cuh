@@ -19,6 +19,9 @@
 //                                      overflow O (TSR_NATIVE TSR_SATURATE): GRAPH-CAST-1
 //   tsr_cvt_sr<T, O>(x, bits)          stochastic rounding with the element's 32 random bits
 //   tsr_widen<T>(x)                    exact widening into float/double, NaN made canonical
+//   tsr_canon(x)                       x, or the canonical quiet NaN (sign clear) of its format
+//                                      if x is a NaN: double, float (host too), __half,
+//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2
 //   tsr_cvt_bits_{f32,f16,bf16,e4m3,e5m2}(double) -> the code of that conversion (host too)
 //   tsr_max(a, b), tsr_min(a, b)       IEEE 754-2019 maximum / minimum (NaN propagates as the
 //                                      canonical quiet NaN, -0 < +0); float and double
@@ -121,7 +124,7 @@ TSR_FN float tsr_u2f(unsigned u) {
 TSR_FN bool tsr_isnan(double x) { return x != x; }
 TSR_FN double tsr_fabs(double x) { return tsr_u2d(tsr_d2u(x) & 0x7fffffffffffffffull); }
 TSR_FN double tsr_canon(double x) { return tsr_isnan(x) ? TSR_NAN : x; }
-TSR_FN float tsr_canonf(float x) { return x != x ? TSR_NANF : x; }
+TSR_FN float tsr_canon(float x) { return x != x ? TSR_NANF : x; }
 // a NUM-MATH result (f64) in the accumulation format f32: rounded once, NaN canonical
 TSR_FN float tsr_math_f32(double r) { return tsr_isnan(r) ? TSR_NANF : TSR_TO_F32(r); }
 
@@ -735,6 +738,13 @@ template <class T> TSR_FN T tsr_widen(__half x) { return tsr_widen<T>(tsr_wide(x
 template <class T> TSR_FN T tsr_widen(__nv_bfloat16 x) { return tsr_widen<T>(tsr_wide(x)); }
 template <class T> TSR_FN T tsr_widen(__nv_fp8_e4m3 x) { return tsr_widen<T>(tsr_wide(x)); }
 template <class T> TSR_FN T tsr_widen(__nv_fp8_e5m2 x) { return tsr_widen<T>(tsr_wide(x)); }
+// the canonical quiet NaN (sign clear) in place of any NaN of a narrow format, by its code
+TSR_FN __half tsr_canon(__half x) { return tsr_nan16(__half_as_ushort(x), 0x7c00u) ? __ushort_as_half(0x7e00u) : x; }
+TSR_FN __nv_bfloat16 tsr_canon(__nv_bfloat16 x) {
+  return tsr_nan16(__bfloat16_as_ushort(x), 0x7f80u) ? __ushort_as_bfloat16(0x7fc0u) : x;
+}
+TSR_FN __nv_fp8_e4m3 tsr_canon(__nv_fp8_e4m3 x) { if ((x.__x & 0x7f) == 0x7f) x.__x = 0x7f; return x; }
+TSR_FN __nv_fp8_e5m2 tsr_canon(__nv_fp8_e5m2 x) { if ((x.__x & 0x7f) > 0x7c) x.__x = 0x7e; return x; }
 
 // 16-bit formats: max/min and NUM-MATH through f32 (exact widening; the math in an f32
 // accumulator, rounded once into f32 and then into the 16-bit format, as the interpreter does)

@@ -50,6 +50,7 @@ template <class T> T tsr_rsqrt(T x) { return x; }
 template <class T> T tsr_max(T a, T b) { return a; }
 template <class T> T tsr_min(T a, T b) { return a; }
 template <class T> T tsr_shfl_xor(T v, int) { return v; }
+template <class T> T tsr_canon(T x) { return x; }
 """
 
 GXX = shutil.which("g++")
@@ -190,6 +191,7 @@ template <class T> __device__ T tsr_rsqrt(T x) { return rsqrtf(x); }
 template <class T> __device__ T tsr_max(T a, T b) { return fmaxf(a, b); }
 template <class T> __device__ T tsr_min(T a, T b) { return fminf(a, b); }
 template <class T> __device__ T tsr_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+template <class T> __device__ T tsr_canon(T x) { return x; }
 template <class T, class S> __device__ T tsr_widen(S x) { return (T)(float)x; }
 template <class T> __device__ T tsr_cvt(float x);
 template <> __device__ __nv_bfloat16 tsr_cvt<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }

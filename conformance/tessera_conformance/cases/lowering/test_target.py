@@ -139,6 +139,8 @@ MATH(tsr_exp) MATH(tsr_expm1) MATH(tsr_log) MATH(tsr_sin) MATH(tsr_cos) MATH(tsr
 MATH(tsr_erfc) MATH(tsr_sigmoid) MATH(tsr_silu) MATH(tsr_gelu) MATH(tsr_gelu_tanh) MATH(tsr_rsqrt)
 template <class T> T tsr_max(T, T);
 template <class T> T tsr_min(T, T);
+template <class T> T tsr_canon(T);
+__half __habs(__half); __nv_bfloat16 __habs(__nv_bfloat16);
 template <class T> T tsr_shfl_xor(T, int);
 '''
 
@@ -181,6 +183,7 @@ MATH(tsr_tanh, tanh) MATH(tsr_erf, erf) MATH(tsr_erfc, erfc) MATH(tsr_sigmoid, e
 MATH(tsr_gelu, exp) MATH(tsr_gelu_tanh, exp) MATH(tsr_rsqrt, rsqrt)
 template <class T> __device__ T tsr_max(T a, T b) { return a > b ? a : b; }
 template <class T> __device__ T tsr_min(T a, T b) { return a < b ? a : b; }
+template <class T> __device__ T tsr_canon(T x) { return x; }
 template <class T> __device__ T tsr_shfl_xor(T v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 '''
 

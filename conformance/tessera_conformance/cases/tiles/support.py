@@ -48,6 +48,16 @@ def part(backend, report, name: str):
     return got
 
 
+def semantic_checks(backend, report) -> None:
+    """n/a unless ``backend`` makes the tile interpreter's semantic checks (TILE-CHECK-*,
+    TILE-MODEL-2, TILE-MEM-3): a report saying ``checks=False`` (a GPU, the CUDA-on-CPU
+    harness: the kernel runs as written) has none; the oracle must."""
+    if getattr(report, "checks", True) is False:
+        assert backend != ORACLE, "the oracle's launch report says checks=False"
+        not_applicable(f"{backend} does not make the tile interpreter's semantic checks (its launch reports "
+                       f"say checks=False): a kernel breaking them runs as written")
+
+
 def findings(backend, report) -> list:
     """The report's checker findings (see :func:`part`)."""
     return list(part(backend, report, "findings"))

@@ -10,7 +10,7 @@
 //   __syncthreads (a yield point; its source line is its site id),
 //   the vector types (float2/4, double2, uint2/4) and make_*,
 //   __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2 (exact decoding; every rounding through
-//   tsr_cvt's NUM-CVT encoder), the 16-bit tsr_max/min and NUM-MATH entry points,
+//   tsr_cvt's NUM-CVT encoder), the 16-bit tsr_max/min and NUM-MATH entry points, tsr_canon,
 //   tsr_cp_async<4|8|16>, tsr_cp_async_commit, tsr_cp_async_wait<N> (eager or deferred copies),
 //   tsr_shfl_xor / __shfl_xor_sync, __ballot_sync, tsr_ldmatrix<N, TRANS> and
 //   mma.sync.m16n8k16 (warp collectives: all 32 lanes must arrive; the mma computes the
@@ -94,6 +94,8 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return {x}; }
 
 inline unsigned short __half_as_ushort(__half x) { return x.__x; }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.__x; }
+inline __half __habs(__half x) { x.__x &= 0x7fffu; return x; }
+inline __nv_bfloat16 __habs(__nv_bfloat16 x) { x.__x &= 0x7fffu; return x; }
 
 // the device half of tessera_device.cuh's conversions, for the twin's narrow types
 #define TSR_CPU_CVT_TO(T, TAG)                                                         \
@@ -117,6 +119,13 @@ inline float tsr_wide(__nv_bfloat16 x) {
 }
 inline float tsr_wide(__nv_fp8_e4m3 x) { return (x.__x & 0x7f) == 0x7f ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
 inline float tsr_wide(__nv_fp8_e5m2 x) { return (x.__x & 0x7f) > 0x7c ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
+// the canonical quiet NaN (sign clear) in place of any NaN of a narrow format, by its code
+inline __half tsr_canon(__half x) { return (x.__x & 0x7fffu) > 0x7c00u ? __ushort_as_half(0x7e00u) : x; }
+inline __nv_bfloat16 tsr_canon(__nv_bfloat16 x) {
+  return (x.__x & 0x7fffu) > 0x7f80u ? __ushort_as_bfloat16(0x7fc0u) : x;
+}
+inline __nv_fp8_e4m3 tsr_canon(__nv_fp8_e4m3 x) { if ((x.__x & 0x7f) == 0x7f) x.__x = 0x7f; return x; }
+inline __nv_fp8_e5m2 tsr_canon(__nv_fp8_e5m2 x) { if ((x.__x & 0x7f) > 0x7c) x.__x = 0x7e; return x; }
 #define TSR_CPU_NARROW(S)                                                                    \
   template <class T, int R = TSR_RNE, int O = TSR_NATIVE> inline T tsr_cvt(S x) {                    \
     return tsr_cvt<T, R, O>(tsr_wide(x));                                                            \
