@@ -36,7 +36,7 @@ from .report import ARCH_LIMITS
 from .source import render
 from .toolchain import INSTALL_FIX
 
-__all__ = ["CudaBackend", "CudaLaunchReport", "arch_of", "DYNAMIC_SMEM"]
+__all__ = ["CudaBackend", "RenderedBackend", "CudaLaunchReport", "arch_of", "DYNAMIC_SMEM"]
 
 #: The kernel attribute holding its dynamic shared memory in bytes (0 when absent).
 DYNAMIC_SMEM = "launch.dynamic_smem"
@@ -93,7 +93,26 @@ def _bits(a: np.ndarray) -> np.ndarray:
     return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind not in "biuf" else a
 
 
-class CudaBackend(Backend):
+class RenderedBackend(Backend):
+    """What the backends running rendered CUDA C share: ops with a kernel family run as their
+    one-op kernel program, the others by their primitive's ``impl``; a launch names its kernel."""
+
+    def run_op(self, call, *operands) -> tuple:
+        if call.primitive.kernel_family is None:
+            return call.primitive.run(call, *operands)
+        return self.run_op_as_kernel(call, operands, checks=False)
+
+    @staticmethod
+    def kernel_of(launch):
+        """The kernel op ``launch`` runs (its named kernel, else the module's first)."""
+        kernels = [op for op in launch.module.body if T.is_kernel(op)]
+        func = next((k for k in kernels if launch.kernel in (None, k.attributes["sym_name"])), None)
+        if func is None:
+            raise BackendError(f"the module has no kernel {launch.kernel!r}", fix="name one of its kernels")
+        return func
+
+
+class CudaBackend(RenderedBackend):
     """Kernels on one GPU through CuPy (see the module docstring)."""
 
     name = "cuda"
@@ -105,11 +124,6 @@ class CudaBackend(Backend):
         self._modules = {}
         self._lock = threading.Lock()
         self._dir = tempfile.mkdtemp(prefix="tessera-cuda-")
-
-    def run_op(self, call, *operands) -> tuple:
-        if call.primitive.kernel_family is None:
-            return call.primitive.run(call, *operands)
-        return self.run_op_as_kernel(call, operands, checks=False)
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda backend runs single-device programs; got a mesh {mesh}",
@@ -131,10 +145,7 @@ class CudaBackend(Backend):
 
     def launch(self, launch) -> CudaLaunchReport:
         cp = self._cp
-        kernels = [op for op in launch.module.body if T.is_kernel(op)]
-        func = next((k for k in kernels if launch.kernel in (None, k.attributes["sym_name"])), None)
-        if func is None:
-            raise BackendError(f"the module has no kernel {launch.kernel!r}", fix="name one of its kernels")
+        func = self.kernel_of(launch)
         attrs = func.attributes
         name, params = attrs["sym_name"], list(attrs["tile.params"])
         mut = set(attrs.get("tile.mut", []))

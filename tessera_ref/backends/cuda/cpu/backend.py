@@ -22,8 +22,7 @@ from ....ir import tile as T
 from ....ir.launch import kernel_arguments
 from ....ir.types import IndexType
 from ....numerics import tc
-from ...base import Backend
-from ..runtime import DYNAMIC_SMEM
+from ..runtime import DYNAMIC_SMEM, RenderedBackend
 from ..source import render
 from . import build, harness
 
@@ -59,7 +58,7 @@ def _tc_block(func) -> tuple | None:
     return blocks.pop() if blocks else None
 
 
-class CudaCpuBackend(Backend):
+class CudaCpuBackend(RenderedBackend):
     """Rendered kernels on the CPU harness (see the module docstring)."""
 
     name = "cuda-cpu"
@@ -71,11 +70,6 @@ class CudaCpuBackend(Backend):
 
     def __repr__(self) -> str:
         return f"<tessera backend 'cuda-cpu' schedule={self.options.schedule} cp_async={self.options.cp_async}>"
-
-    def run_op(self, call, *operands) -> tuple:
-        if call.primitive.kernel_family is None:
-            return call.primitive.run(call, *operands)
-        return self.run_op_as_kernel(call, operands, checks=False)
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda-cpu backend runs single-device programs; got a mesh {mesh}",
@@ -92,10 +86,8 @@ class CudaCpuBackend(Backend):
     def run_source(self, launch, source) -> CpuLaunchReport:
         """Run ``launch`` with its kernel compiled from ``source`` (a :class:`~..source.Source`:
         the rendering of ``launch.module``, or a changed copy of it, as mutation tests plant bugs)."""
-        kernels = [op for op in launch.module.body if T.is_kernel(op)]
-        func = next((k for k in kernels if launch.kernel in (None, k.attributes["sym_name"])), None)
-        if func is None:
-            raise BackendError(f"the module has no kernel {launch.kernel!r}", fix="name one of its kernels")
+        func = self.kernel_of(launch)
+        kernels = [op for op in launch.module.body if T.is_kernel(op)]  # one library holds them all
         attrs = func.attributes
         name, params = attrs["sym_name"], list(attrs["tile.params"])
         values, sizes = kernel_arguments(func, launch.buffers)  # TILE-EXEC-1: a KernelError for bad arguments
