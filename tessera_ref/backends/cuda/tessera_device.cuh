@@ -789,32 +789,24 @@ TSR_FN double tsr_shfl_xor(double x, int offset) { return __shfl_xor_sync(0xffff
 TSR_FN int tsr_shfl_xor(int x, int offset) { return __shfl_xor_sync(0xffffffffu, x, offset); }
 TSR_FN long tsr_shfl_xor(long x, int offset) { return __shfl_xor_sync(0xffffffffu, x, offset); }
 
-#define TSR_MMA_M16N8K16(name, ab)                                                                        \
+// mma.sync.aligned.<shape>.row.col.f32.<ab>.<ab>.f32: d[4] = a·b + c[4]; a: 4 x u32, b: 2 x u32
+#define TSR_MMA(name, shape, ab)                                                                          \
   TSR_FN void name(float* d, const unsigned* a, const unsigned* b, const float* c) {                      \
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ab "." ab ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+    asm volatile("mma.sync.aligned." shape ".row.col.f32." ab "." ab ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
                  "{%8,%9}, {%10,%11,%12,%13};\n"                                                          \
                  : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                         \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), \
                    "f"(c[2]), "f"(c[3]));                                                                 \
   }
-TSR_MMA_M16N8K16(tsr_mma_m16n8k16_bf16, "bf16")
-TSR_MMA_M16N8K16(tsr_mma_m16n8k16_f16, "f16")
-#undef TSR_MMA_M16N8K16
+TSR_MMA(tsr_mma_m16n8k16_bf16, "m16n8k16", "bf16")
+TSR_MMA(tsr_mma_m16n8k16_f16, "m16n8k16", "f16")
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
-// mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 (sm_89+): a: 4 x u32 (16
-// bytes, the lowest k in the lowest byte), b: 2 x u32, the PTX fragment layouts
-#define TSR_MMA_M16N8K32(name, ab)                                                                        \
-  TSR_FN void name(float* d, const unsigned* a, const unsigned* b, const float* c) {                      \
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." ab "." ab ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
-                 "{%8,%9}, {%10,%11,%12,%13};\n"                                                          \
-                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                         \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), \
-                   "f"(c[2]), "f"(c[3]));                                                                 \
-  }
-TSR_MMA_M16N8K32(tsr_mma_m16n8k32_e4m3, "e4m3")
-TSR_MMA_M16N8K32(tsr_mma_m16n8k32_e5m2, "e5m2")
-#undef TSR_MMA_M16N8K32
+// m16n8k32 with fp8 inputs (sm_89+): a: 4 x u32 (16 bytes, the lowest k in the lowest byte),
+// b: 2 x u32, the PTX fragment layouts
+TSR_MMA(tsr_mma_m16n8k32_e4m3, "m16n8k32", "e4m3")
+TSR_MMA(tsr_mma_m16n8k32_e5m2, "m16n8k32", "e5m2")
 #endif
+#undef TSR_MMA
 
 template <int N, bool TRANS = false> TSR_FN void tsr_ldmatrix(unsigned* r, const void* smem) {
   static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 8x8 matrices");
