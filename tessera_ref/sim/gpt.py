@@ -176,7 +176,7 @@ def iteration(c: GPTConfig, preset="A100") -> Iteration:
     node = preset.devices_per_domain
     tp_group = tuple(range(t))  # tensor parallelism inside a node (Megatron's rank order: t, then d, then p)
     allreduce = collective_cost("all_reduce", tp_group, sbh * BF16, preset, "ring" if t > 1 else None).time
-    # A100 NVSwitch has no in-switch reduction (NVLS): ring all-reduces inside the node.
+    # ring, as NCCL runs Megatron's tensor-parallel all-reduces (the cheapest model would take tree for t = 2)
     fwd_ops, bwd_ops = layer_ops(c), backward_ops(layer_ops(c))
     (fg, fo), (bg, bo) = _compute(fwd_ops, preset), _compute(bwd_ops, preset)
     layer_f = (fg, fo, 2 * allreduce)  # the f and g all-reduces of attention and MLP
