@@ -11,7 +11,9 @@
 //
 // The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
 // SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
-// no system call per switch (ucontext's swapcontext makes one).
+// no system call per switch (ucontext's swapcontext makes one). Every switch goes through
+// switch_stack, which under AddressSanitizer (g++ -fsanitize=address: CUDA-CPU-10) tells ASan
+// which stack runs next; in every other build it is the bare switch.
 #pragma once
 #include <cstdarg>
 #include <cstddef>
@@ -26,6 +28,10 @@
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #if !defined(__x86_64__)
 #error "the CUDA-on-CPU harness switches fibers with x86-64 code only"
@@ -99,9 +105,18 @@ struct tsr_cpu_result {
   char text[1024];
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+// the running block's dynamic shared memory: a heap block of exactly the launch's size that the
+// ASan driver (tessera_asan.h) allocates, so ASan's redzones lie right before and after it; the
+// kernel's `extern __shared__ unsigned char tsr_smem[]` declares this function instead
+unsigned char* tsr_cpu_smem_block = nullptr;
+inline unsigned char (*tsr_cpu_smem())[] { return reinterpret_cast<unsigned char (*)[]>(tsr_cpu_smem_block); }
+#define tsr_smem (*tsr_cpu_smem())
+#else
 // the running block's dynamic shared memory; the pages past the launch's size are made
 // inaccessible during a launch, so an access beyond it faults
 alignas(4096) unsigned char tsr_smem[227 * 1024 + 4096];
+#endif
 
 namespace tsr_cpu {
 
@@ -114,6 +129,7 @@ struct Copy { void* dst; const void* src; int bytes; long group; };
 
 struct Fiber {
   void* sp = nullptr;
+  void* fake_stack = nullptr;  // ASan: this fiber's fake stack while it is switched away
   unsigned lane = 0;
   State state = DONE;
   int line = 0;              // the line of its current yield point
@@ -145,6 +161,9 @@ struct Runtime {
   std::vector<Fiber> fibers;
   std::vector<unsigned char*> stacks;
   void* sched_sp = nullptr;
+  void* sched_fake_stack = nullptr;                  // ASan: the scheduler's, while a fiber runs
+  const void* sched_stack = nullptr;                 // ASan: the scheduler's stack (the thread's),
+  size_t sched_stack_size = 0;                       // as ASan names it when a fiber first arrives
   Fiber* cur = nullptr;
   unsigned lanes = 0;
   unsigned long long rng = 0, switches = 0;
@@ -184,15 +203,46 @@ inline void finding(int kind, int line, int other, const char* fmt, ...) {
   va_end(ap);
 }
 
+// -- every switch --------------------------------------------------------------------------------
+// Leave the running stack for the context whose saved stack pointer is `load` and whose stack is
+// [bottom, bottom + size); returns when something switches back. Under ASan the fiber API is told
+// before (start_switch_fiber: the next stack; this stack's fake stack kept in *fake, or destroyed
+// when `fake` is null: the stack is finished) and after (finish_switch_fiber, on arriving back;
+// `from` receives the stack just left), so ASan checks each frame against the stack it is on.
+inline void switch_stack(void** save, void* load, void** fake, const void* bottom, size_t size,
+                         const void** from = nullptr, size_t* from_size = nullptr) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size, (void)from, (void)from_size;
+#endif
+  tsr_cpu_switch(save, load);
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake ? *fake : nullptr, from, from_size);
+#endif
+}
+
+// The first thing on a new fiber's stack: under ASan, finish the switch that started it and
+// learn the stack it came from (the scheduler's, which yields switch back to).
+inline void arrive(const void** from, size_t* from_size) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, from, from_size);
+#else
+  (void)from, (void)from_size;
+#endif
+}
+
 // -- the fiber side ------------------------------------------------------------------------------
 inline Fiber& self() { return *rt().cur; }
 
-inline void yield() {  // back to the scheduler; returns when the scheduler resumes this fiber
+inline void to_scheduler(Fiber* f, bool finished) {
   Runtime& r = rt();
-  Fiber* f = r.cur;
   ++r.switches;
-  tsr_cpu_switch(&f->sp, r.sched_sp);
+  switch_stack(&f->sp, r.sched_sp, finished ? nullptr : &f->fake_stack, r.sched_stack, r.sched_stack_size,
+               &r.sched_stack, &r.sched_stack_size);
 }
+
+inline void yield() { to_scheduler(rt().cur, false); }  // returns when the scheduler resumes this fiber
 
 inline void perform(const Copy& c) { std::memcpy(c.dst, c.src, (size_t)c.bytes); }
 
@@ -210,11 +260,11 @@ inline void complete_copies(Fiber& f, long keep_groups) {
 
 inline void fiber_main(Fiber* f) {
   Runtime& r = rt();
+  arrive(&r.sched_stack, &r.sched_stack_size);
   r.entry(r.args);
   complete_copies(*f, -1);  // copies still in flight land before the thread is gone
   f->state = DONE;
-  ++r.switches;
-  tsr_cpu_switch(&f->sp, r.sched_sp);
+  to_scheduler(f, true);
 }
 
 inline void barrier(int line) {
@@ -242,6 +292,9 @@ inline const char* op_name(int op) {
 inline void start_fiber(Runtime& r, unsigned lane) {
   Fiber& f = r.fibers[lane];
   unsigned char* top = r.stacks[lane] + STACK;  // 16-byte aligned
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_UNPOISON_MEMORY_REGION(r.stacks[lane], STACK);  // no redzone of the last block's frames stays
+#endif
   void** sp = (void**)(top - 72);
   uint32_t* control = (uint32_t*)sp;
   control[0] = 0x037f;   // x87 control word
@@ -353,7 +406,7 @@ inline bool run_block(Runtime& r) {
       if (f.state != READY) continue;
       r.cur = &f;
       ++r.switches;
-      tsr_cpu_switch(&r.sched_sp, f.sp);
+      switch_stack(&r.sched_sp, f.sp, &r.sched_fake_stack, r.stacks[l], STACK);
       r.cur = nullptr;
       if (r.out->kind) return false;  // a finding inside a fiber (a bound, an unsupported use)
     }
@@ -389,6 +442,9 @@ inline void on_fault(int sig, siginfo_t* info, void* context) {
 }
 
 inline void guard(bool on, long smem) {  // the handlers, the alternate stack, the shared-memory guard
+#if defined(__SANITIZE_ADDRESS__)
+  (void)on, (void)smem;  // ASan's own handler reports a wild access, with the stack
+#else
   static thread_local unsigned char alt[64 * 1024];
   long from = (smem + 4095) / 4096 * 4096;
   mprotect(tsr_smem + from, sizeof tsr_smem - (size_t)from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
@@ -408,6 +464,7 @@ inline void guard(bool on, long smem) {  // the handlers, the alternate stack, t
     sigaction(SIGBUS, &old_bus, nullptr);
   }
   in_launch = on;
+#endif
 }
 
 inline int launch(Entry entry, const long* grid, int lanes, void** args, const tsr_cpu_options* opt,
@@ -463,7 +520,8 @@ inline int launch(Entry entry, const long* grid, int lanes, void** args, const t
 // round trips between the scheduler and one fiber, for the benchmark
 inline void pingpong_main(Fiber* f) {
   Runtime& r = rt();
-  for (;;) tsr_cpu_switch(&f->sp, r.sched_sp);
+  arrive(&r.sched_stack, &r.sched_stack_size);
+  for (;;) switch_stack(&f->sp, r.sched_sp, &f->fake_stack, r.sched_stack, r.sched_stack_size);
 }
 
 }  // namespace tsr_cpu
@@ -480,5 +538,5 @@ extern "C" __attribute__((visibility("default"))) void tsr_cpu_pingpong(long n) 
   sp[5] = (void*)&f;
   sp[8] = (void*)&tsr_cpu_fiber_start;
   f.sp = sp;
-  for (long i = 0; i < n; ++i) tsr_cpu_switch(&r.sched_sp, f.sp);
+  for (long i = 0; i < n; ++i) tsr_cpu::switch_stack(&r.sched_sp, f.sp, &r.sched_fake_stack, stack, sizeof stack);
 }
