@@ -11,9 +11,9 @@
 //
 // The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
 // SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
-// no system call per switch (ucontext's swapcontext makes one). Every switch goes through
-// switch_stack, which under AddressSanitizer (g++ -fsanitize=address: CUDA-CPU-10) tells ASan
-// which stack runs next; in every other build it is the bare switch.
+// no system call per switch (ucontext's swapcontext makes one). Every switch is a TSR_SWITCH,
+// which under AddressSanitizer (g++ -fsanitize=address: CUDA-CPU-10) tells ASan which stack runs
+// next; in every other build it is the bare switch.
 #pragma once
 #include <cstdarg>
 #include <cstddef>
@@ -127,9 +127,36 @@ enum WarpOp { SHFL = 1, BALLOT, MMA, LDMATRIX };
 
 struct Copy { void* dst; const void* src; int bytes; long group; };
 
+// -- every switch --------------------------------------------------------------------------------
+// TSR_SWITCH(save, load, self, other) leaves the running stack (its stack pointer stored in *save)
+// for the one whose saved stack pointer is `load`, and returns when something switches back.
+// Under ASan, `self` and `other` are the two stacks' AsanStack: before the switch ASan's fiber API
+// is told the stack that runs next (this stack's fake stack kept in self->fake), after it the
+// switch is finished (learning other's bounds: how a fiber learns the scheduler's stack), so ASan
+// checks every frame against the stack it runs on. TSR_SWITCH_LAST leaves a finished fiber for
+// good (its fake stack destroyed); TSR_ARRIVE(other) is the first statement on a new fiber's
+// stack. In every other build they are the bare switch and nothing: the same code as without them.
+#if defined(__SANITIZE_ADDRESS__)
+struct AsanStack { const void* bottom = nullptr; size_t size = 0; void* fake = nullptr; };
+inline void asan_switch(void** save, void* load, AsanStack* self, AsanStack* other, bool last) {
+  __sanitizer_start_switch_fiber(last ? nullptr : &self->fake, other->bottom, other->size);
+  tsr_cpu_switch(save, load);
+  __sanitizer_finish_switch_fiber(self->fake, &other->bottom, &other->size);
+}
+#define TSR_SWITCH(save, load, self, other) tsr_cpu::asan_switch(save, load, self, other, false)
+#define TSR_SWITCH_LAST(save, load, self, other) tsr_cpu::asan_switch(save, load, self, other, true)
+#define TSR_ARRIVE(other) __sanitizer_finish_switch_fiber(nullptr, &(other)->bottom, &(other)->size)
+#else
+#define TSR_SWITCH(save, load, self, other) tsr_cpu_switch(save, load)
+#define TSR_SWITCH_LAST(save, load, self, other) tsr_cpu_switch(save, load)
+#define TSR_ARRIVE(other) ((void)0)
+#endif
+
 struct Fiber {
   void* sp = nullptr;
-  void* fake_stack = nullptr;  // ASan: this fiber's fake stack while it is switched away
+#if defined(__SANITIZE_ADDRESS__)
+  AsanStack asan;            // its stack, as ASan is told of it
+#endif
   unsigned lane = 0;
   State state = DONE;
   int line = 0;              // the line of its current yield point
@@ -161,9 +188,9 @@ struct Runtime {
   std::vector<Fiber> fibers;
   std::vector<unsigned char*> stacks;
   void* sched_sp = nullptr;
-  void* sched_fake_stack = nullptr;                  // ASan: the scheduler's, while a fiber runs
-  const void* sched_stack = nullptr;                 // ASan: the scheduler's stack (the thread's),
-  size_t sched_stack_size = 0;                       // as ASan names it when a fiber first arrives
+#if defined(__SANITIZE_ADDRESS__)
+  AsanStack sched_asan;      // the scheduler's stack (the thread's: a fiber learns it on arrival)
+#endif
   Fiber* cur = nullptr;
   unsigned lanes = 0;
   unsigned long long rng = 0, switches = 0;
@@ -203,46 +230,15 @@ inline void finding(int kind, int line, int other, const char* fmt, ...) {
   va_end(ap);
 }
 
-// -- every switch --------------------------------------------------------------------------------
-// Leave the running stack for the context whose saved stack pointer is `load` and whose stack is
-// [bottom, bottom + size); returns when something switches back. Under ASan the fiber API is told
-// before (start_switch_fiber: the next stack; this stack's fake stack kept in *fake, or destroyed
-// when `fake` is null: the stack is finished) and after (finish_switch_fiber, on arriving back;
-// `from` receives the stack just left), so ASan checks each frame against the stack it is on.
-inline void switch_stack(void** save, void* load, void** fake, const void* bottom, size_t size,
-                         const void** from = nullptr, size_t* from_size = nullptr) {
-#if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_start_switch_fiber(fake, bottom, size);
-#else
-  (void)fake, (void)bottom, (void)size, (void)from, (void)from_size;
-#endif
-  tsr_cpu_switch(save, load);
-#if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_finish_switch_fiber(fake ? *fake : nullptr, from, from_size);
-#endif
-}
-
-// The first thing on a new fiber's stack: under ASan, finish the switch that started it and
-// learn the stack it came from (the scheduler's, which yields switch back to).
-inline void arrive(const void** from, size_t* from_size) {
-#if defined(__SANITIZE_ADDRESS__)
-  __sanitizer_finish_switch_fiber(nullptr, from, from_size);
-#else
-  (void)from, (void)from_size;
-#endif
-}
-
 // -- the fiber side ------------------------------------------------------------------------------
 inline Fiber& self() { return *rt().cur; }
 
-inline void to_scheduler(Fiber* f, bool finished) {
+inline void yield() {  // back to the scheduler; returns when the scheduler resumes this fiber
   Runtime& r = rt();
+  Fiber* f = r.cur;
   ++r.switches;
-  switch_stack(&f->sp, r.sched_sp, finished ? nullptr : &f->fake_stack, r.sched_stack, r.sched_stack_size,
-               &r.sched_stack, &r.sched_stack_size);
+  TSR_SWITCH(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
-
-inline void yield() { to_scheduler(rt().cur, false); }  // returns when the scheduler resumes this fiber
 
 inline void perform(const Copy& c) { std::memcpy(c.dst, c.src, (size_t)c.bytes); }
 
@@ -260,11 +256,12 @@ inline void complete_copies(Fiber& f, long keep_groups) {
 
 inline void fiber_main(Fiber* f) {
   Runtime& r = rt();
-  arrive(&r.sched_stack, &r.sched_stack_size);
+  TSR_ARRIVE(&r.sched_asan);
   r.entry(r.args);
   complete_copies(*f, -1);  // copies still in flight land before the thread is gone
   f->state = DONE;
-  to_scheduler(f, true);
+  ++r.switches;
+  TSR_SWITCH_LAST(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
 
 inline void barrier(int line) {
@@ -293,6 +290,7 @@ inline void start_fiber(Runtime& r, unsigned lane) {
   Fiber& f = r.fibers[lane];
   unsigned char* top = r.stacks[lane] + STACK;  // 16-byte aligned
 #if defined(__SANITIZE_ADDRESS__)
+  f.asan = {r.stacks[lane], STACK, nullptr};
   ASAN_UNPOISON_MEMORY_REGION(r.stacks[lane], STACK);  // no redzone of the last block's frames stays
 #endif
   void** sp = (void**)(top - 72);
@@ -406,7 +404,7 @@ inline bool run_block(Runtime& r) {
       if (f.state != READY) continue;
       r.cur = &f;
       ++r.switches;
-      switch_stack(&r.sched_sp, f.sp, &r.sched_fake_stack, r.stacks[l], STACK);
+      TSR_SWITCH(&r.sched_sp, f.sp, &r.sched_asan, &f.asan);
       r.cur = nullptr;
       if (r.out->kind) return false;  // a finding inside a fiber (a bound, an unsupported use)
     }
@@ -520,8 +518,8 @@ inline int launch(Entry entry, const long* grid, int lanes, void** args, const t
 // round trips between the scheduler and one fiber, for the benchmark
 inline void pingpong_main(Fiber* f) {
   Runtime& r = rt();
-  arrive(&r.sched_stack, &r.sched_stack_size);
-  for (;;) switch_stack(&f->sp, r.sched_sp, &f->fake_stack, r.sched_stack, r.sched_stack_size);
+  TSR_ARRIVE(&r.sched_asan);
+  for (;;) TSR_SWITCH(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
 
 }  // namespace tsr_cpu
@@ -538,5 +536,8 @@ extern "C" __attribute__((visibility("default"))) void tsr_cpu_pingpong(long n) 
   sp[5] = (void*)&f;
   sp[8] = (void*)&tsr_cpu_fiber_start;
   f.sp = sp;
-  for (long i = 0; i < n; ++i) tsr_cpu::switch_stack(&r.sched_sp, f.sp, &r.sched_fake_stack, stack, sizeof stack);
+#if defined(__SANITIZE_ADDRESS__)
+  f.asan = {stack, sizeof stack, nullptr};
+#endif
+  for (long i = 0; i < n; ++i) TSR_SWITCH(&r.sched_sp, f.sp, &r.sched_asan, &f.asan);
 }

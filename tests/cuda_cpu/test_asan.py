@@ -1,0 +1,132 @@
+"""CUDA-CPU-10, the AddressSanitizer build: rendered kernels run under ASan without a finding and
+with the harness's bits (the fiber annotations give no false stack reports); faults the guard
+pages cannot see — an underrun by one element, an overrun inside the 16-byte rounding, a shared
+memory overrun inside the page rounding — are findings naming the CUDA line, the argument and
+the distance; a child that crashes or hangs is a BackendError."""
+import re
+
+import numpy as np
+import pytest
+
+from cpu_programs import PRELUDE, bits, on_the_interpreter
+from test_mutants import MUTANTS, Planted, _line_of, _program
+from tessera_ref import backends
+from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding, build, harness
+from tessera_ref.backends.cuda.source import Source, render
+from tessera_ref.errors import BackendError
+
+#: two schedules x both cp.async modes
+COMBOS = [("lockstep", "deferred"), ("lockstep", "eager"), ("reverse", "deferred"), ("reverse", "eager")]
+
+
+def launch(text, kernel, lanes, args, *, memcheck, smem=0, timeout=600.0):
+    """Launch ``kernel`` of hand-written CUDA C (after PRELUDE) on one block with parameters ``x, y``."""
+    source, kernels = Source(PRELUDE + text), re.findall(r"__global__ void (\w+)", text)  # one build for all
+    lib = build.library(source, kernels) if memcheck == "guard" else None
+    options = harness.Options(memcheck=memcheck, timeout=timeout)
+    return harness.run(lib, kernel, 1, lanes, args, smem, options, source, ["x", "y"], kernels=kernels)
+
+
+@pytest.mark.parametrize("name", ["matmul_f32", "sum", "attention", "elementwise_f32"])
+def test_rendered_kernels_run_clean_and_bit_identical_under_asan(name):
+    program, inputs, want = on_the_interpreter(name, 11)
+    with backends.use(CudaCpuBackend()):
+        plain, _ = program.run(*inputs)
+    assert all(np.array_equal(bits(p), bits(w)) for p, w in zip(plain, want)), name
+    for schedule, cp_async in COMBOS:
+        with backends.use(CudaCpuBackend(schedule, cp_async, memcheck="asan")):
+            got, reports = program.run(*inputs)
+        assert all(np.array_equal(bits(g), bits(p)) for g, p in zip(got, plain)), (name, schedule, cp_async)
+        assert all(r.switches > 0 for r in reports)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["matmul_f32_swizzle", "matmul_bf16", "softmax", "layernorm", "attention_causal",
+                                  "attention_bf16", "cast_f32_bf16", "dropout_bf16"])
+def test_more_kernels_under_asan_every_schedule(name):
+    program, inputs, want = on_the_interpreter(name, 12)
+    for schedule, cp_async in COMBOS + [("random:3", "deferred"), ("random:4", "eager")]:
+        with backends.use(CudaCpuBackend(schedule, cp_async, memcheck="asan")):
+            got, _ = program.run(*inputs)
+        assert all(np.array_equal(bits(g), bits(w)) for g, w in zip(got, want)), (name, schedule, cp_async)
+
+
+KERNELS = r"""
+__global__ void under(const float* x, float* y) {
+  int i = threadIdx.x;
+  y[i] = x[i - 1];
+}
+__global__ void over(const float* x, float* y) {
+  int i = threadIdx.x;
+  if (i < 10) y[i] = x[i + 1];
+}
+__global__ void shared_over(const float* x, float* y) {
+  extern __shared__ __align__(16) unsigned char tsr_smem[];
+  float* s = reinterpret_cast<float*>(tsr_smem);
+  int i = threadIdx.x;
+  if (i < 26) s[i] = x[i];
+  __syncthreads();
+  if (i < 25) y[i] = s[i];
+}
+"""
+
+#: kernel -> (x's elements, dynamic shared memory, the planted line, (read/write, thread, where, distance, region bytes))
+PLANTED = {
+    "under": (64, 0, "y[i] = x[i - 1];", ("read", 0, "before the start of argument x", 4, 256)),
+    "over": (10, 0, "if (i < 10) y[i] = x[i + 1];", ("read", 9, "past the end of argument x", 0, 40)),
+    "shared_over": (32, 100, "if (i < 26) s[i] = x[i];",
+                    ("wrote", 25, "past the end of the dynamic shared memory", 0, 100)),
+}
+
+
+def _line(text):
+    return (PRELUDE + KERNELS).splitlines().index("  " + text) + 1
+
+
+@pytest.mark.parametrize("kernel", sorted(PLANTED))
+def test_asan_catches_what_guard_pages_miss(kernel):
+    n, smem, planted, (verb, thread, where, distance, nbytes) = PLANTED[kernel]
+    x = np.arange(n, dtype=np.float32)
+    launch(KERNELS, kernel, 32, [x.copy(), np.zeros(n, np.float32)], memcheck="guard", smem=smem)  # no finding
+    with pytest.raises(HarnessFinding) as caught:
+        launch(KERNELS, kernel, 32, [x.copy(), np.zeros(n, np.float32)], memcheck="asan", smem=smem)
+    err, line = caught.value, _line(planted)
+    assert err.kind == "memory fault" and err.line == line and err.asan.error == "heap-buffer-overflow"
+    assert f"CUDA line {line}: {planted}" in str(err)
+    assert f"thread {thread} {verb} 4 bytes at" in str(err)
+    assert f"the address is {distance} bytes {where} ({nbytes} bytes)" in str(err)
+    assert (err.asan.distance, err.asan.region_bytes) == (distance, nbytes)
+
+
+def test_the_off_by_one_mutant_is_caught_under_asan():
+    program_name, plant, (pattern, n) = MUTANTS["off-by-one bound"]
+    program, inputs, _ = _program(program_name)
+    line = _line_of(render(program.tile).text, pattern, n)
+
+    class PlantedAsan(Planted):
+        def __init__(self):
+            super().__init__("lockstep", "deferred", plant)
+            self.options = harness.Options(memcheck="asan")
+
+    with pytest.raises(HarnessFinding) as caught, backends.use(PlantedAsan()):
+        program.run(*inputs)
+    err = caught.value
+    assert err.line == line and f"CUDA line {line}: " in str(err), str(err)
+    assert "0 bytes past the end of argument x (1200 bytes)" in str(err), str(err)
+    assert "from the Tile IR op at" in str(err)
+
+
+def test_a_crashing_or_hanging_asan_child_is_a_backend_error():
+    crash = "__global__ void crash(const float* x, float* y) { if (threadIdx.x == 3) __builtin_trap(); }\n"
+    with pytest.raises(BackendError, match=r"died \(signal \d+\) without a report") as caught:
+        launch(crash, "crash", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan")
+    assert not isinstance(caught.value, HarnessFinding)
+    hang = "__global__ void hang(const float* x, float* y) { volatile int spin = 1; while (spin) {} }\n"
+    with pytest.raises(BackendError, match=r"did not finish within 2 s") as caught:
+        launch(hang, "hang", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan", timeout=2)
+    assert not isinstance(caught.value, HarnessFinding)
+
+
+def test_unknown_memcheck_is_a_backend_error():
+    with pytest.raises(BackendError, match="unknown memcheck 'valgrind'"):
+        CudaCpuBackend(memcheck="valgrind")
