@@ -11,7 +11,7 @@ import pytest
 from cpu_programs import PRELUDE, bits, on_the_interpreter
 from test_mutants import MUTANTS, Planted, _line_of, _program
 from tessera_ref import backends
-from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding, build, harness
+from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding, asan, build, harness
 from tessera_ref.backends.cuda.source import Source, render
 from tessera_ref.errors import BackendError
 
@@ -68,9 +68,20 @@ __global__ void shared_over(const float* x, float* y) {
   __syncthreads();
   if (i < 25) y[i] = s[i];
 }
+__device__ float pick(const float* acc, int k) { return acc[k]; }
+__global__ void regs(const float* x, float* y) {
+  float acc[4];
+  for (int k = 0; k < 4; ++k) acc[k] = x[threadIdx.x] * k;
+  __syncthreads();
+  y[threadIdx.x] = pick(acc, threadIdx.x == 5 ? 4 : 3);
+}
+__global__ void wild(const float* x, float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }
+__global__ void crash(const float* x, float* y) { if (threadIdx.x == 3) __builtin_trap(); }
+__global__ void hang(const float* x, float* y) { volatile int spin = 1; while (spin) {} }
 """
 
-#: kernel -> (x's elements, dynamic shared memory, the planted line, (read/write, thread, where, distance, region bytes))
+#: kernel -> (x's elements, dynamic shared memory, the planted line,
+#:           (read/wrote, thread, where, distance, region bytes))
 PLANTED = {
     "under": (64, 0, "y[i] = x[i - 1];", ("read", 0, "before the start of argument x", 4, 256)),
     "over": (10, 0, "if (i < 10) y[i] = x[i + 1];", ("read", 9, "past the end of argument x", 0, 40)),
@@ -80,7 +91,7 @@ PLANTED = {
 
 
 def _line(text):
-    return (PRELUDE + KERNELS).splitlines().index("  " + text) + 1
+    return [line.strip() for line in (PRELUDE + KERNELS).splitlines()].index(text) + 1
 
 
 @pytest.mark.parametrize("kernel", sorted(PLANTED))
@@ -116,17 +127,42 @@ def test_the_off_by_one_mutant_is_caught_under_asan():
     assert "from the Tile IR op at" in str(err)
 
 
+def test_a_wild_access_is_asans_segv_with_the_nearest_argument():
+    with pytest.raises(HarnessFinding) as caught:
+        launch(KERNELS, "wild", 32, [np.zeros(32, np.float32), np.zeros(32, np.float32)], memcheck="asan")
+    err = caught.value
+    line = _line("__global__ void wild(const float* x, float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }")
+    assert err.line == line and err.asan.error == "SEGV" and "thread 0 wrote at" in str(err), str(err)
+    assert f"the address is {(4 << 40) - 128} bytes past the end of argument y (128 bytes)" in str(err), str(err)
+
+
 def test_a_crashing_or_hanging_asan_child_is_a_backend_error():
-    crash = "__global__ void crash(const float* x, float* y) { if (threadIdx.x == 3) __builtin_trap(); }\n"
     with pytest.raises(BackendError, match=r"died \(signal \d+\) without a report") as caught:
-        launch(crash, "crash", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan")
+        launch(KERNELS, "crash", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan")
     assert not isinstance(caught.value, HarnessFinding)
-    hang = "__global__ void hang(const float* x, float* y) { volatile int spin = 1; while (spin) {} }\n"
     with pytest.raises(BackendError, match=r"did not finish within 2 s") as caught:
-        launch(hang, "hang", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan", timeout=2)
+        launch(KERNELS, "hang", 32, [np.zeros(4, np.float32), np.zeros(4, np.float32)], memcheck="asan", timeout=2)
     assert not isinstance(caught.value, HarnessFinding)
 
 
 def test_unknown_memcheck_is_a_backend_error():
     with pytest.raises(BackendError, match="unknown memcheck 'valgrind'"):
         CudaCpuBackend(memcheck="valgrind")
+
+
+@pytest.mark.parametrize("use_after_return", [True, False])
+def test_a_local_array_overrun_on_a_fiber_stack_names_the_array(use_after_return, monkeypatch):
+    """ASan knows each fiber's stack (the switch annotations): it names the overrun local array
+    whether the frame lies on the fiber's fake stack (use-after-return checking, the default)
+    or on the fiber's own stack (without the annotations ASan calls that address a wild pointer)."""
+    if not use_after_return:
+        monkeypatch.setattr(asan, "ASAN_OPTIONS", asan.ASAN_OPTIONS.replace("detect_stack_use_after_return=1",
+                                                                            "detect_stack_use_after_return=0"))
+    args = [np.ones(32, np.float32), np.zeros(32, np.float32)]
+    launch(KERNELS, "regs", 32, [a.copy() for a in args], memcheck="guard")  # inside the stack: no finding
+    with pytest.raises(HarnessFinding) as caught:
+        launch(KERNELS, "regs", 32, args, memcheck="asan")
+    err, line = caught.value, _line("__device__ float pick(const float* acc, int k) { return acc[k]; }")
+    assert err.line == line and err.asan.error == "stack-buffer-overflow", str(err)
+    assert ("thread 5 read 4 bytes at" in str(err) and "the address is 0 bytes past the end of the thread's local "
+            f"array 'acc' (16 bytes, declared at CUDA line {_line('float acc[4];')})" in str(err)), str(err)

@@ -34,9 +34,10 @@ class Report:
     """What ASan reported: ``error`` (``heap-buffer-overflow``, ``SEGV`` …), ``access``
     (``read``/``write``, or ``""``), ``size`` (bytes accessed), ``address``, ``line`` (the
     innermost frame in the kernel's text: its CUDA line; 0 if none), ``region`` (the argument's
-    index, ``"smem"``, or None), ``side`` (``"past the end of"`` / ``"before the start of"``),
-    ``distance`` (bytes from the region's end / start), ``region_bytes``, ``thread`` and
-    ``block`` (of the running fiber), ``text`` (the report's first lines)."""
+    index, ``"smem"``, a local variable's name on a fiber's stack as ``"local NAME"``, or None),
+    ``side`` (``"past the end of"`` / ``"before the start of"``), ``distance`` (bytes from the
+    region's end / start), ``region_bytes``, ``region_line`` (a local variable's CUDA line, else
+    0), ``thread`` and ``block`` (of the running fiber), ``text`` (the report's first lines)."""
     error: str
     access: str
     size: int
@@ -46,16 +47,19 @@ class Report:
     side: str
     distance: int
     region_bytes: int
+    region_line: int
     thread: int
     block: tuple
     text: str
 
 
 _ERROR = re.compile(r"ERROR: AddressSanitizer: (\S+) on (?:unknown )?address (0x[0-9a-f]+)")
-_ACCESS = re.compile(r"^(READ|WRITE) of size (\d+) at", re.M)
+_ACCESS = re.compile(r"^(READ|WRITE) of size (\d+) at|caused by a (READ|WRITE) memory access", re.M)
 _FRAME = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ .*?(?:^|[/ (])kernel\.cu:(\d+)")
 _LOCATED = re.compile(r"is located (\d+) bytes (to the right of|to the left of|after|before|inside of) "
                       r"(\d+)-byte region \[(0x[0-9a-f]+),\s*(0x[0-9a-f]+)\)")
+_VARIABLE = re.compile(r"\[(\d+), (\d+)\) '([^']+)'(?: \(line (\d+)\))? <== Memory access at offset (\d+) "
+                       r"(?:overflows|underflows|partially overflows|partially underflows)")
 _REGION = re.compile(r"^tsr-asan region (\d+|smem) (0x[0-9a-f]+|\(nil\)) (\d+)$", re.M)
 _DEATH = re.compile(r"^tsr-asan at thread (\d+) block (\d+) (\d+) (\d+)$", re.M)
 
@@ -82,15 +86,20 @@ def parse(log: str) -> Report | None:
     address = int(err.group(2), 16)
     regions = {m.group(1): (int(m.group(2), 16) if m.group(2) != "(nil)" else 0, int(m.group(3)))
                for m in _REGION.finditer(log)}
-    region, side, distance, nbytes = None, "", 0, 0
-    located = _LOCATED.search(log)
-    if located:
+    region, side, distance, nbytes, region_line = None, "", 0, 0, 0
+    located, variable = _LOCATED.search(log), _VARIABLE.search(log)
+    if variable:  # a local array on a fiber's stack (ASan knows the fiber stacks: CUDA-CPU-10)
+        begin, end, offset = int(variable.group(1)), int(variable.group(2)), int(variable.group(5))
+        region, nbytes, region_line = f"local {variable.group(3)}", end - begin, int(variable.group(4) or 0)
+        side = "past the end of" if offset >= end else "before the start of"
+        distance = offset - end if offset >= end else begin - offset
+    elif located:
         start, end = int(located.group(4), 16), int(located.group(5), 16)
         region = next((k for k, (a, _) in regions.items() if a == start), None)
         nbytes = end - start
         side = "past the end of" if address >= end else "before the start of"
         distance = address - end if address >= end else start - address
-    elif regions:  # a wild access: the nearest region
+    elif regions and err.group(1) == "SEGV":  # a wild access: the nearest region
         def gap(item):
             a, n = item[1]
             return address - (a + n) if address >= a + n else a - address
@@ -100,9 +109,10 @@ def parse(log: str) -> Report | None:
     access = _ACCESS.search(log)
     death = _DEATH.search(log)
     head = log[err.start():].split("\n\n")[0]
-    return Report(err.group(1), access.group(1).lower() if access else "", int(access.group(2)) if access else 0,
-                  address, _first_stack_line(log), region if region in (None, "smem") else int(region), side, distance,
-                  nbytes, int(death.group(1)) if death else -1,
+    verb = (access.group(1) or access.group(3)).lower() if access else ""
+    return Report(err.group(1), verb, int(access.group(2) or 0) if access else 0,
+                  address, _first_stack_line(log), region if not str(region).isdigit() else int(region), side,
+                  distance, nbytes, region_line, int(death.group(1)) if death else -1,
                   tuple(int(death.group(i)) for i in (2, 3, 4)) if death else (0, 0, 0), head)
 
 

@@ -227,18 +227,29 @@ def _run_asan(kernel, grid3, lanes, args, opts, options, source, names, kernels)
         return res.switches
     res = _Result(kind=_MEMORY_FAULT, line=report.line)
     res.block = (ctypes.c_long * 3)(*report.block)
-    if report.region == "smem":
-        what = f"the dynamic shared memory ({report.region_bytes} bytes)"
-    elif report.region is not None:
-        what = f"argument {names[report.region] if names else report.region} ({report.region_bytes} bytes)"
-    what = (f"; the address is {report.distance} bytes {report.side} {what}" if report.region is not None else "")
-    access = {"read": "read", "write": "wrote"}.get(report.access, "accessed")
-    size = f" {report.size} bytes" if report.size else ""
-    res.text = (f"thread {report.thread} {access}{size} at 0x{report.address:x} (AddressSanitizer: {report.error})"
-                f"{what}").encode()[:1023]
+    res.text = _asan_text(report, names).encode()[:1023]
     err = _finding(res, kernel, options, source)
     err.asan = report
     raise err
+
+
+def _asan_text(report, names) -> str:
+    """What a finding says of ASan's ``report``: the thread, the access, what it lies outside."""
+    who = f"thread {report.thread}" if report.thread >= 0 else "a thread"
+    access = {"read": "read", "write": "wrote"}.get(report.access, "accessed")
+    text = f"{who} {access}{f' {report.size} bytes' if report.size else ''} at 0x{report.address:x} " \
+           f"(AddressSanitizer: {report.error})"
+    region = report.region
+    if region is None:
+        return text
+    if region == "smem":
+        what = f"the dynamic shared memory ({report.region_bytes} bytes)"
+    elif isinstance(region, str):  # "local NAME"
+        line = f", declared at CUDA line {report.region_line}" if report.region_line else ""
+        what = f"the thread's local array '{region.split(' ', 1)[1]}' ({report.region_bytes} bytes{line})"
+    else:
+        what = f"argument {names[region] if names else region} ({report.region_bytes} bytes)"
+    return f"{text}; the address is {report.distance} bytes {report.side} {what}"
 
 
 def _launch(lib, kernel, grid3, lanes, args, opts) -> tuple:
