@@ -42,9 +42,9 @@ def test_rendered_kernels_run_clean_and_bit_identical_under_asan(name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["matmul_f32_swizzle", "matmul_bf16", "softmax", "layernorm", "attention_causal",
-                                  "attention_bf16", "cast_f32_bf16", "dropout_bf16"])
+                                  "attention_bf16", "cast_f32_bf16", "dropout_bf16", "matmul_tc", "softmax_100"])
 def test_more_kernels_under_asan_every_schedule(name):
-    program, inputs, want = on_the_interpreter(name, 12)
+    program, inputs, want = _program(name)
     for schedule, cp_async in COMBOS + [("random:3", "deferred"), ("random:4", "eager")]:
         with backends.use(CudaCpuBackend(schedule, cp_async, memcheck="asan")):
             got, _ = program.run(*inputs)
