@@ -75,6 +75,13 @@ __global__ void regs(const float* x, float* y) {
   __syncthreads();
   y[threadIdx.x] = pick(acc, threadIdx.x == 5 ? 4 : 3);
 }
+__attribute__((noinline)) __device__ void keep(float v, const float** out) { float box[2] = {v, v}; *out = box; }
+__global__ void gone(const float* x, float* y) {
+  const float* p;
+  keep(x[threadIdx.x], &p);
+  __syncthreads();
+  y[threadIdx.x] = p[0];
+}
 __global__ void wild(const float* x, float* y) { y[threadIdx.x + (1L << 40)] = 1.0f; }
 __global__ void crash(const float* x, float* y) { if (threadIdx.x == 3) __builtin_trap(); }
 __global__ void hang(const float* x, float* y) { volatile int spin = 1; while (spin) {} }
@@ -125,6 +132,17 @@ def test_the_off_by_one_mutant_is_caught_under_asan():
     assert err.line == line and f"CUDA line {line}: " in str(err), str(err)
     assert "0 bytes past the end of argument x (1200 bytes)" in str(err), str(err)
     assert "from the Tile IR op at" in str(err)
+
+
+def test_a_local_used_after_its_function_returned_is_found_on_the_fibers_fake_stack():
+    """Use-after-return checking runs on the fibers (each has its own fake stack, kept across
+    switches): thread 0's returned frame is still poisoned after the barrier, when the other 31
+    threads have made and left theirs."""
+    with pytest.raises(HarnessFinding) as caught:
+        launch(KERNELS, "gone", 32, [np.ones(32, np.float32), np.zeros(32, np.float32)], memcheck="asan")
+    err = caught.value
+    assert err.line == _line("y[threadIdx.x] = p[0];") and err.asan.error == "stack-use-after-return", str(err)
+    assert "thread 0 read 4 bytes at" in str(err)
 
 
 def test_a_wild_access_is_asans_segv_with_the_nearest_argument():
