@@ -1,8 +1,10 @@
 """CUDA-CPU-10, the AddressSanitizer build: rendered kernels run under ASan without a finding and
 with the harness's bits (the fiber annotations give no false stack reports); faults the guard
 pages cannot see — an underrun by one element, an overrun inside the 16-byte rounding, a shared
-memory overrun inside the page rounding — are findings naming the CUDA line, the argument and
-the distance; a child that crashes or hangs is a BackendError."""
+memory overrun inside the page rounding, a local array overrun on a fiber's stack — are
+findings naming the CUDA line, what was overrun and by how far; a use after return and a wild
+access are findings too; a child that crashes or hangs, and a g++ without libasan, are
+BackendErrors."""
 import re
 
 import numpy as np
@@ -184,3 +186,11 @@ def test_a_local_array_overrun_on_a_fiber_stack_names_the_array(use_after_return
     assert err.line == line and err.asan.error == "stack-buffer-overflow", str(err)
     assert ("thread 5 read 4 bytes at" in str(err) and "the address is 0 bytes past the end of the thread's local "
             f"array 'acc' (16 bytes, declared at CUDA line {_line('float acc[4];')})" in str(err)), str(err)
+
+
+def test_a_g_plus_plus_without_libasan_is_a_backend_error_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "ASAN_FLAGS", build.ASAN_FLAGS + ("-lno_such_asan_runtime",))  # the link fails
+    with pytest.raises(BackendError, match="g\\+\\+ cannot build AddressSanitizer programs here") as caught:
+        build.executable(Source(PRELUDE + KERNELS), ["under"])
+    assert "memcheck='guard'" in caught.value.fix

@@ -164,4 +164,11 @@ def executable(source, kernels) -> Path:
     """The AddressSanitizer program of ``source`` launching ``kernels`` (tessera_asan.h's
     ``main``; compiled once per key, then taken from the disk cache)."""
     with _LOCK:
-        return _built(source, translation_unit(source, kernels, main=True), ASAN_FLAGS, ".asan")
+        try:
+            return _built(source, translation_unit(source, kernels, main=True), ASAN_FLAGS, ".asan")
+        except CompileError as err:
+            if _GXX_ERROR.search(err.log) or "asan" not in err.log:
+                raise
+            raise BackendError(f"g++ cannot build AddressSanitizer programs here: {err.log.strip()[-400:]}",
+                               fix="install GCC's libasan (Debian: apt-get install libasan8), or run with "
+                                   "memcheck='guard'") from None
