@@ -5,12 +5,17 @@ interpreter is not; so the launch runs in the kernel's own ASan program (:func:`
 ``include/tessera_asan.h``): :func:`run` writes the launch to a file, runs the program under a
 time limit, and reads back the result and every argument's bytes (copied into the caller's
 arrays), or parses ASan's report into a :class:`Report`. A child that times out, dies of a
-signal without a report or breaks the protocol is a BackendError.
+signal without a report or breaks the protocol is a BackendError. The child runs without
+address-space randomisation where ``setarch -R`` may (GCC 12's ASan cannot start under the
+32-bit mmap randomisation of recent kernels: it would only end at the time limit).
 """
 from __future__ import annotations
 
+import functools
 import os
+import platform
 import re
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -116,6 +121,20 @@ def parse(log: str) -> Report | None:
                   tuple(int(death.group(i)) for i in (2, 3, 4)) if death else (0, 0, 0), head)
 
 
+@functools.lru_cache(maxsize=1)
+def _no_aslr() -> tuple:
+    """``(setarch, machine, "-R")`` when it works here, else ``()`` (a container may forbid it)."""
+    tool = shutil.which("setarch")
+    if tool is None:
+        return ()
+    cmd = (tool, platform.machine(), "-R")
+    try:
+        works = subprocess.run([*cmd, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    return cmd if works else ()
+
+
 def run(program: Path, kernel: str, grid3, lanes: int, args, options: bytes, result_size: int,
         timeout: float) -> tuple[bytes | None, Report | None]:
     """Run one launch of ``program`` (see the module docstring); ``(result bytes, None)`` and
@@ -132,7 +151,7 @@ def run(program: Path, kernel: str, grid3, lanes: int, args, options: bytes, res
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # ASan's runtime must come first
         env["ASAN_OPTIONS"] = ASAN_OPTIONS
         try:
-            done = subprocess.run([str(program), str(launch), str(result)], capture_output=True, text=True,
+            done = subprocess.run([*_no_aslr(), str(program), str(launch), str(result)], capture_output=True, text=True,
                                   errors="replace", env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BackendError(f"the AddressSanitizer launch of kernel {kernel} did not finish within {timeout:g} s "
