@@ -144,7 +144,7 @@ def test_a_local_used_after_its_function_returned_is_found_on_the_fibers_fake_st
         launch(KERNELS, "gone", 32, [np.ones(32, np.float32), np.zeros(32, np.float32)], memcheck="asan")
     err = caught.value
     assert err.line == _line("y[threadIdx.x] = p[0];") and err.asan.error == "stack-use-after-return", str(err)
-    assert "thread 0 read 4 bytes at" in str(err)
+    assert "thread 0 read 4 bytes at" in str(err) and "past the return of its function" in err.fix
 
 
 def test_a_wild_access_is_asans_segv_with_the_nearest_argument():
@@ -186,6 +186,7 @@ def test_a_local_array_overrun_on_a_fiber_stack_names_the_array(use_after_return
     assert err.line == line and err.asan.error == "stack-buffer-overflow", str(err)
     assert ("thread 5 read 4 bytes at" in str(err) and "the address is 0 bytes past the end of the thread's local "
             f"array 'acc' (16 bytes, declared at CUDA line {_line('float acc[4];')})" in str(err)), str(err)
+    assert "inside the local array named above" in err.fix
 
 
 def test_a_g_plus_plus_without_libasan_is_a_backend_error_naming_the_fix(monkeypatch, tmp_path):

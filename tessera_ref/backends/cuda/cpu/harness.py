@@ -169,7 +169,7 @@ def _fault_line(res: _Result) -> int:
     return res.line
 
 
-def _finding(res: _Result, kernel: str, options: Options, source, guards=(), names=None) -> HarnessFinding:
+def _finding(res: _Result, kernel: str, options: Options, source, guards=(), names=None, fix=None) -> HarnessFinding:
     lines, locations = source.text.splitlines(), getattr(source, "locations", {})
     kind = _KINDS.get(res.kind, f"finding {res.kind}")
     text = res.text.decode(errors="replace")
@@ -185,7 +185,8 @@ def _finding(res: _Result, kernel: str, options: Options, source, guards=(), nam
             if locations.get(n):
                 what += f"\n    from the Tile IR op at {locations[n]}"
                 where = where or locations[n]
-    err = HarnessFinding(what, location=where or None, fix=_FIXES.get(kind, "fix the kernel at the line named above"))
+    err = HarnessFinding(what, location=where or None,
+                         fix=fix or _FIXES.get(kind, "fix the kernel at the line named above"))
     err.kind, err.line = kind, res.line
     return err
 
@@ -228,9 +229,17 @@ def _run_asan(kernel, grid3, lanes, args, opts, options, source, names, kernels)
     res = _Result(kind=_MEMORY_FAULT, line=report.line)
     res.block = (ctypes.c_long * 3)(*report.block)
     res.text = _asan_text(report, names).encode()[:1023]
-    err = _finding(res, kernel, options, source)
+    err = _finding(res, kernel, options, source, fix=_ASAN_FIXES.get(report.error))
     err.asan = report
     raise err
+
+
+#: ASan's errors whose fix is not memory fault's (an index outside a buffer)
+_ASAN_FIXES = {
+    "stack-buffer-overflow": "keep every index of the line named above inside the local array named above",
+    "stack-use-after-return": "do not keep a pointer to a local variable past the return of its function",
+    "stack-use-after-scope": "do not keep a pointer to a local variable past the end of its block",
+}
 
 
 def _asan_text(report, names) -> str:
