@@ -7,7 +7,9 @@ switches per second and ns per switch), the g++ build of one kernel (a cold cach
 the cache saves), and an f32 ``n x n x n`` matmul program lowered once and run on
 ``cuda-cpu`` (lockstep, deferred; and random, eager) against the tile interpreter with its
 checkers and counters off. ``ratio`` is interpreter time / harness time: above 1 means the
-harness is faster. With ``--numba`` (and numba installed) a shared-memory tiled SGEMM runs
+harness is faster. The AddressSanitizer rows (CUDA-CPU-10): the cold g++ build of the
+kernel's ASan program, and the matmul under ``memcheck="asan"`` (a child process per launch)
+as a slowdown: its time / the lockstep harness's, timed in the same rounds. With ``--numba`` (and numba installed) a shared-memory tiled SGEMM runs
 under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, one OS thread per CUDA thread) in
 a child process, once: the only packaged way to run CUDA-style kernels without a GPU, and
 it runs numba Python kernels, not CUDA C. Times are the best of ``--repeat`` after one
@@ -85,6 +87,9 @@ def main() -> None:
         t0 = time.perf_counter()
         build.library(source, kernels, flags=build.FLAGS + ("-DTSR_BENCH_COLD",))  # a new key: not loaded yet
         print(f"{'g++ build of the matmul kernel (cold cache)':44} {time.perf_counter() - t0:9.2f} s")
+        t0 = time.perf_counter()
+        build.executable(source, kernels)
+        print(f"{'g++ build of its ASan program (cold cache)':44} {time.perf_counter() - t0:9.2f} s")
         del os.environ["TESSERA_CACHE_DIR"]
 
     def interp():
@@ -92,16 +97,20 @@ def main() -> None:
             program.run(a, b, checks=False, counters=False)
 
     switches, times = [], {}
-    for schedule, mode in (("lockstep", "deferred"), ("random:1", "eager")):
-        backend = CudaCpuBackend(schedule, mode)
 
-        def harness(backend=backend):
+    def on(backend):
+        def harness():
             with backends.use(backend):
                 switches[:] = [r.switches for r in program.run(a, b)[1]]
+        return harness
 
-        ours, base = times[schedule] = best_times(harness, interp, repeat=args.repeat)
+    for schedule, mode in (("lockstep", "deferred"), ("random:1", "eager")):
+        ours, base = times[schedule] = best_times(on(CudaCpuBackend(schedule, mode)), interp, repeat=args.repeat)
         print(f"{f'matmul f32 {n}^3 on cuda-cpu ({schedule}, {mode})':44} {ours * 1e3:9.2f} ms "
               f"({sum(switches):,} switches) | tile interpreter {base * 1e3:9.2f} ms  ratio {base / ours:8.2f}")
+    checked, plain = best_times(on(CudaCpuBackend(memcheck="asan")), on(CudaCpuBackend()), repeat=args.repeat)
+    print(f"{f'matmul f32 {n}^3, memcheck asan (lockstep)':44} {checked * 1e3:9.2f} ms | cuda-cpu lockstep "
+          f"{plain * 1e3:9.2f} ms  slowdown {checked / plain:8.2f}")
     if args.numba:
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
         done = subprocess.run([sys.executable, "-c", NUMBA_SGEMM, str(n)], capture_output=True, text=True, env=env)

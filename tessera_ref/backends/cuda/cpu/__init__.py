@@ -9,9 +9,11 @@ and run on the CPU with each CUDA thread a fiber:
   fibers (a hand-written x86-64 context switch) and the block scheduler with its findings;
 - :mod:`.build`: the translation unit, g++, the cache, loading with ctypes;
 - :mod:`.harness`: one launch under a schedule and cp.async mode, findings as errors;
+- :mod:`.asan`: one launch in the kernel's AddressSanitizer program (``include/tessera_asan.h``),
+  a child process, its report parsed;
 - :mod:`.backend`: the backend ``"cuda-cpu"``.
 """
 from .backend import CpuLaunchReport, CudaCpuBackend
-from .harness import CP_ASYNC, SCHEDULES, HarnessFinding, Options
+from .harness import CP_ASYNC, MEMCHECKS, SCHEDULES, HarnessFinding, Options
 
-__all__ = ["CudaCpuBackend", "CpuLaunchReport", "HarnessFinding", "Options", "SCHEDULES", "CP_ASYNC"]
+__all__ = ["CudaCpuBackend", "CpuLaunchReport", "HarnessFinding", "Options", "SCHEDULES", "CP_ASYNC", "MEMCHECKS"]

@@ -5,12 +5,14 @@ Graph IR ops with a kernel family are lowered to their one-op program, rendered
 g++ and the CPU twin (:mod:`.build`, cached) and launched on the host's NumPy buffers
 (:mod:`.harness`); ops without a kernel family run by their primitive's reference ``impl``.
 ``CudaCpuBackend(schedule=..., cp_async=...)`` makes a backend with other launch options
-than the registered one (``lockstep``, ``deferred``): pass it to ``backends.use``. A mesh is
+than the registered one (``lockstep``, ``deferred``), ``memcheck="asan"`` runs every launch
+under AddressSanitizer (CUDA-CPU-10): pass it to ``backends.use``. A mesh is
 a BackendError (one process, one simulated device). A ``tc:`` matmul's ``mma.sync`` computes
 the tensor-core block-FMA model named by the kernel's policy.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -64,12 +66,13 @@ class CudaCpuBackend(RenderedBackend):
     name = "cuda-cpu"
     description = "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber"
 
-    def __init__(self, schedule: str = "lockstep", cp_async: str = "deferred"):
+    def __init__(self, schedule: str = "lockstep", cp_async: str = "deferred", memcheck: str = "guard"):
         build.gxx()  # no g++ or not x86-64: a BackendError now
-        self.options = harness.Options(schedule, cp_async)
+        self.options = harness.Options(schedule, cp_async, memcheck=memcheck)
 
     def __repr__(self) -> str:
-        return f"<tessera backend 'cuda-cpu' schedule={self.options.schedule} cp_async={self.options.cp_async}>"
+        o = self.options
+        return f"<tessera backend 'cuda-cpu' schedule={o.schedule} cp_async={o.cp_async} memcheck={o.memcheck}>"
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda-cpu backend runs single-device programs; got a mesh {mesh}",
@@ -101,12 +104,13 @@ class CudaCpuBackend(RenderedBackend):
                          if isinstance(t, TensorType) else np.dtype(t.format.dtype))
                 args.append(np.asarray(value, dtype=dtype).reshape(1))
         args += [np.array([sizes[s]], np.int64) for s in attrs.get("tile.sizes", {})]
-        lib = build.library(source, [k.attributes["sym_name"] for k in kernels])
+        names = [k.attributes["sym_name"] for k in kernels]
+        lib = build.library(source, names) if self.options.memcheck == "guard" else None  # asan: a program
         smem = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
-        options = harness.Options(self.options.schedule, self.options.cp_async, _tc_block(func))
+        options = dataclasses.replace(self.options, tc=_tc_block(func))
         start = time.perf_counter()
         switches = harness.run(lib, name, launch.grid, launch.lanes, args, smem, options, source,
-                               params + list(attrs.get("tile.sizes", {})))
+                               params + list(attrs.get("tile.sizes", {})), kernels=names)
         seconds = time.perf_counter() - start
         grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
         return CpuLaunchReport(name, grid, launch.lanes, options.schedule, options.cp_async, switches, seconds)

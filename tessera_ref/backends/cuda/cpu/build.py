@@ -13,7 +13,9 @@ is what the twin replaces). Flags :data:`FLAGS`: ``-O2 -fno-fast-math
 table names the CUDA line of a memory fault). Shared libraries
 are cached under ``$TESSERA_CACHE_DIR/cuda-cpu`` (default ``~/.cache/tessera_ref``), keyed by
 the sha256 of the unit, the flags, the twin's and the device header's bytes and g++'s version;
-an entry is written to a temporary name and renamed into place.
+an entry is written to a temporary name and renamed into place. :func:`executable` builds
+the AddressSanitizer variant (CUDA-CPU-10): the same unit plus ``tessera_asan.h``'s ``main``,
+linked as a program with :data:`ASAN_FLAGS`, cached the same way.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from ....errors import BackendError
 from ..compile import CompileError, cache_dir
 from ..toolchain import HEADER_DIR
 
-__all__ = ["FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
+__all__ = ["FLAGS", "DEBUG_FLAGS", "ASAN_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library",
+           "executable", "gxx"]
 
 #: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, the CUDA header stand-ins).
 TWIN_DIR = Path(__file__).parent / "include"
@@ -43,6 +46,10 @@ FLAGS = ("-std=c++17", "-O2", "-g", "-fno-fast-math", "-ffp-contract=off", "-fPI
 #: The same at -O0, whose line table names the exact line of every access (a memory fault's
 #: launch is run again with them to name its line).
 DEBUG_FLAGS = tuple("-O0" if f == "-O2" else f for f in FLAGS)
+#: The AddressSanitizer program's (CUDA-CPU-10): the same exactness flags, ``-O1`` (ASan's advice:
+#: fast enough, and the line table still names each access), frame pointers for ASan's unwinder.
+ASAN_FLAGS = ("-std=c++17", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer", "-fno-fast-math",
+              "-ffp-contract=off", "-fno-strict-aliasing")
 
 
 class UnsupportedPTX(BackendError):
@@ -60,11 +67,15 @@ def _refuse_asm(text: str, locations: dict) -> None:
                                      "runs the device header's cp.async, shuffles, ldmatrix and m16n8k16 mma.sync")
 
 
-def translation_unit(source, kernels) -> str:
-    """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching ``kernels``."""
+def translation_unit(source, kernels, main: bool = False) -> str:
+    """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching
+    ``kernels``; with ``main``, the ASan driver's ``main`` over them too."""
     text = source.text
     _refuse_asm(text, getattr(source, "locations", {}))
     launchers = "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
+    if main:
+        table = ", ".join(f'{{"{k}", &tsr_launch_{k}}}' for k in kernels)
+        launchers += f'#include "tessera_asan.h"\nTSR_CPU_ASAN_MAIN({table})\n'
     return '#include "tessera_cpu.h"\n#line 1 "kernel.cu"\n' + text + "\n" + launchers
 
 
@@ -119,6 +130,24 @@ _LOADED: dict = {}
 _LOCK = threading.Lock()
 
 
+def _built(source, unit: str, flags, suffix: str) -> Path:
+    """The cached build of ``unit`` with ``flags`` (compiled on a miss)."""
+    root = cache_dir().parent / "cuda-cpu"
+    path = root / f"{_key(unit, flags)}{suffix}"
+    if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as d:
+            cu = Path(d) / "kernel.cpp"
+            cu.write_text(unit)
+            out = Path(d) / f"kernel{suffix}"
+            cmd = [gxx()[0], *flags, f"-I{TWIN_DIR}", f"-I{HEADER_DIR}", str(cu), "-o", str(out)]
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise _compile_error(done.stderr, source)
+            os.replace(out, path)
+    return path
+
+
 def library(source, kernels, flags=FLAGS) -> ctypes.CDLL:
     """The loaded shared library of ``source`` with a launcher per kernel name in ``kernels``
     (compiled once per key, then taken from the disk cache and kept loaded)."""
@@ -126,20 +155,20 @@ def library(source, kernels, flags=FLAGS) -> ctypes.CDLL:
     key = _key(unit, flags)
     with _LOCK:
         lib = _LOADED.get(key)
-        if lib is not None:
-            return lib
-        root = cache_dir().parent / "cuda-cpu"
-        path = root / f"{key}.so"
-        if not path.exists():
-            root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as d:
-                cu = Path(d) / "kernel.cpp"
-                cu.write_text(unit)
-                out = Path(d) / "kernel.so"
-                cmd = [gxx()[0], *flags, f"-I{TWIN_DIR}", f"-I{HEADER_DIR}", str(cu), "-o", str(out)]
-                done = subprocess.run(cmd, capture_output=True, text=True)
-                if done.returncode != 0:
-                    raise _compile_error(done.stderr, source)
-                os.replace(out, path)
-        lib = _LOADED[key] = ctypes.CDLL(str(path))
+        if lib is None:
+            lib = _LOADED[key] = ctypes.CDLL(str(_built(source, unit, flags, ".so")))
         return lib
+
+
+def executable(source, kernels) -> Path:
+    """The AddressSanitizer program of ``source`` launching ``kernels`` (tessera_asan.h's
+    ``main``; compiled once per key, then taken from the disk cache)."""
+    with _LOCK:
+        try:
+            return _built(source, translation_unit(source, kernels, main=True), ASAN_FLAGS, ".asan")
+        except CompileError as err:
+            if _GXX_ERROR.search(err.log) or "asan" not in err.log:
+                raise
+            raise BackendError(f"g++ cannot build AddressSanitizer programs here: {err.log.strip()[-400:]}",
+                               fix="install GCC's libasan (Debian: apt-get install libasan8), or run with "
+                                   "memcheck='guard'") from None

@@ -15,7 +15,10 @@ inaccessible page (another one lies before its first page), and the shared memor
 launch's size is made inaccessible too, so an access past the end of a buffer or of the
 shared memory faults; the fault is caught (the launch ends), the launch is run again from a
 ``-O0`` build whose line table names the exact line, and it is reported as a finding naming
-the argument, how far past its end the access was, and the CUDA line (``addr2line``).
+the argument, how far past its end the access was, and the CUDA line (``addr2line``). That is
+``memcheck="guard"``; ``memcheck="asan"`` runs the launch instead in the kernel's
+AddressSanitizer program in a child process (:mod:`.asan`, CUDA-CPU-10), every argument and the
+shared memory an exact-size heap block, and reports ASan's finding the same way.
 """
 from __future__ import annotations
 
@@ -29,14 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....errors import BackendError
-from . import build
+from . import asan, build
 
-__all__ = ["Options", "HarnessFinding", "run", "SCHEDULES", "CP_ASYNC", "parse_schedule"]
+__all__ = ["Options", "HarnessFinding", "run", "SCHEDULES", "CP_ASYNC", "MEMCHECKS", "parse_schedule"]
 
 #: The schedule names (``random:SEED`` takes a non-negative integer seed).
 SCHEDULES = ("lockstep", "reverse", "random:SEED")
 #: The cp.async modes.
 CP_ASYNC = ("deferred", "eager")
+#: How out-of-bounds accesses are found: guard pages in this process, or AddressSanitizer in a child.
+MEMCHECKS = ("guard", "asan")
 
 _KINDS = {1: "divergent barrier", 2: "barrier after exit", 3: "partial warp", 4: "bad launch",
           5: "unsupported operation", 6: "memory fault"}
@@ -85,16 +90,22 @@ def parse_schedule(schedule: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Options:
-    """How to run a launch: the schedule, the cp.async mode and the tensor-core model's block
-    (``tc``: ``(products per block, extra alignment bits)`` of numerics/tc.py, or None)."""
+    """How to run a launch: the schedule, the cp.async mode, the tensor-core model's block
+    (``tc``: ``(products per block, extra alignment bits)`` of numerics/tc.py, or None), the
+    ``memcheck`` (``"guard"`` pages, or ``"asan"``: CUDA-CPU-10) and the ASan child's time
+    limit in seconds (``timeout``)."""
     schedule: str = "lockstep"
     cp_async: str = "deferred"
     tc: tuple | None = None
+    memcheck: str = "guard"
+    timeout: float = 600.0
 
     def __post_init__(self):
         parse_schedule(self.schedule)
         if self.cp_async not in CP_ASYNC:
             raise BackendError(f"unknown cp.async mode {self.cp_async!r}", fix=f"use one of {', '.join(CP_ASYNC)}")
+        if self.memcheck not in MEMCHECKS:
+            raise BackendError(f"unknown memcheck {self.memcheck!r}", fix=f"use one of {', '.join(MEMCHECKS)}")
 
 
 class _Guarded:
@@ -158,7 +169,7 @@ def _fault_line(res: _Result) -> int:
     return res.line
 
 
-def _finding(res: _Result, kernel: str, options: Options, source, guards=(), names=None) -> HarnessFinding:
+def _finding(res: _Result, kernel: str, options: Options, source, guards=(), names=None, fix=None) -> HarnessFinding:
     lines, locations = source.text.splitlines(), getattr(source, "locations", {})
     kind = _KINDS.get(res.kind, f"finding {res.kind}")
     text = res.text.decode(errors="replace")
@@ -174,21 +185,28 @@ def _finding(res: _Result, kernel: str, options: Options, source, guards=(), nam
             if locations.get(n):
                 what += f"\n    from the Tile IR op at {locations[n]}"
                 where = where or locations[n]
-    err = HarnessFinding(what, location=where or None, fix=_FIXES.get(kind, "fix the kernel at the line named above"))
+    err = HarnessFinding(what, location=where or None,
+                         fix=fix or _FIXES.get(kind, "fix the kernel at the line named above"))
     err.kind, err.line = kind, res.line
     return err
 
 
-def run(lib, kernel: str, grid, lanes: int, args, smem: int, options: Options, source, names=None) -> int:
+def run(lib, kernel: str, grid, lanes: int, args, smem: int, options: Options, source, names=None,
+        kernels=None) -> int:
     """Launch ``kernel`` of the loaded library ``lib``; ``args``: contiguous NumPy arrays in
     parameter order (buffers, written in place; one-element arrays for scalars and sizes),
     ``names`` their names for messages. Returns the number of fiber switches; raises
-    :class:`HarnessFinding` for a finding (the buffers then hold what the kernel wrote)."""
+    :class:`HarnessFinding` for a finding (the buffers then hold what the kernel wrote; under
+    ASan, what they held before the launch). With ``options.memcheck == "asan"`` ``lib`` is
+    not used (it may be None): the launch runs in the ASan program of ``source`` with a
+    launcher for each of ``kernels`` (default: ``kernel`` alone)."""
     code, seed = parse_schedule(options.schedule)
     products, align = options.tc or (0, 0)
     opts = _Options(code, int(options.cp_async == "eager"), seed, int(smem), products, align)
     grid = tuple(int(g) for g in (tuple(grid) if np.ndim(grid) else (grid,)))
     grid3 = (ctypes.c_long * 3)(*(grid + (1,) * (3 - len(grid))))
+    if options.memcheck == "asan":
+        return _run_asan(kernel, grid3, lanes, args, opts, options, source, names, kernels)
     res, guards = _launch(lib, kernel, grid3, lanes, args, opts)
     if res.kind == _MEMORY_FAULT:  # again from the -O0 build, for the exact line
         again, guards = _launch(build.library(source, [kernel], build.DEBUG_FLAGS), kernel, grid3, lanes, args, opts)
@@ -196,6 +214,51 @@ def run(lib, kernel: str, grid, lanes: int, args, smem: int, options: Options, s
     if res.kind:
         raise _finding(res, kernel, options, source, guards, names)
     return res.switches
+
+
+def _run_asan(kernel, grid3, lanes, args, opts, options, source, names, kernels) -> int:
+    """:func:`run` in the ASan program of ``source`` launching ``kernels``."""
+    program = build.executable(source, list(kernels or [kernel]))
+    data, report = asan.run(program, kernel, tuple(grid3), lanes, args, bytes(opts), ctypes.sizeof(_Result),
+                            options.timeout)
+    if report is None:
+        res = _Result.from_buffer_copy(data)
+        if res.kind:
+            raise _finding(res, kernel, options, source)
+        return res.switches
+    res = _Result(kind=_MEMORY_FAULT, line=report.line)
+    res.block = (ctypes.c_long * 3)(*report.block)
+    res.text = _asan_text(report, names).encode()[:1023]
+    err = _finding(res, kernel, options, source, fix=_ASAN_FIXES.get(report.error))
+    err.asan = report
+    raise err
+
+
+#: ASan's errors whose fix is not memory fault's (an index outside a buffer)
+_ASAN_FIXES = {
+    "stack-buffer-overflow": "keep every index of the line named above inside the local array named above",
+    "stack-use-after-return": "do not keep a pointer to a local variable past the return of its function",
+    "stack-use-after-scope": "do not keep a pointer to a local variable past the end of its block",
+}
+
+
+def _asan_text(report, names) -> str:
+    """What a finding says of ASan's ``report``: the thread, the access, what it lies outside."""
+    who = f"thread {report.thread}" if report.thread >= 0 else "a thread"
+    access = {"read": "read", "write": "wrote"}.get(report.access, "accessed")
+    text = f"{who} {access}{f' {report.size} bytes' if report.size else ''} at 0x{report.address:x} " \
+           f"(AddressSanitizer: {report.error})"
+    region = report.region
+    if region is None:
+        return text
+    if region == "smem":
+        what = f"the dynamic shared memory ({report.region_bytes} bytes)"
+    elif isinstance(region, str):  # "local NAME"
+        line = f", declared at CUDA line {report.region_line}" if report.region_line else ""
+        what = f"the thread's local array '{region.split(' ', 1)[1]}' ({report.region_bytes} bytes{line})"
+    else:
+        what = f"argument {names[region] if names else region} ({report.region_bytes} bytes)"
+    return f"{text}; the address is {report.distance} bytes {report.side} {what}"
 
 
 def _launch(lib, kernel, grid3, lanes, args, opts) -> tuple:

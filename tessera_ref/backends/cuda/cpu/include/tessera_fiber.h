@@ -11,7 +11,9 @@
 //
 // The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
 // SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
-// no system call per switch (ucontext's swapcontext makes one).
+// no system call per switch (ucontext's swapcontext makes one). Every switch is a TSR_SWITCH,
+// which under AddressSanitizer (g++ -fsanitize=address: CUDA-CPU-10) tells ASan which stack runs
+// next; in every other build it is the bare switch.
 #pragma once
 #include <cstdarg>
 #include <cstddef>
@@ -26,6 +28,10 @@
 #include <dlfcn.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #if !defined(__x86_64__)
 #error "the CUDA-on-CPU harness switches fibers with x86-64 code only"
@@ -99,9 +105,18 @@ struct tsr_cpu_result {
   char text[1024];
 };
 
+#if defined(__SANITIZE_ADDRESS__)
+// the running block's dynamic shared memory: a heap block of exactly the launch's size that the
+// ASan driver (tessera_asan.h) allocates, so ASan's redzones lie right before and after it; the
+// kernel's `extern __shared__ unsigned char tsr_smem[]` declares this function instead
+unsigned char* tsr_cpu_smem_block = nullptr;
+inline unsigned char (*tsr_cpu_smem())[] { return reinterpret_cast<unsigned char (*)[]>(tsr_cpu_smem_block); }
+#define tsr_smem (*tsr_cpu_smem())
+#else
 // the running block's dynamic shared memory; the pages past the launch's size are made
 // inaccessible during a launch, so an access beyond it faults
 alignas(4096) unsigned char tsr_smem[227 * 1024 + 4096];
+#endif
 
 namespace tsr_cpu {
 
@@ -112,8 +127,36 @@ enum WarpOp { SHFL = 1, BALLOT, MMA, LDMATRIX };
 
 struct Copy { void* dst; const void* src; int bytes; long group; };
 
+// -- every switch --------------------------------------------------------------------------------
+// TSR_SWITCH(save, load, self, other) leaves the running stack (its stack pointer stored in *save)
+// for the one whose saved stack pointer is `load`, and returns when something switches back.
+// Under ASan, `self` and `other` are the two stacks' AsanStack: before the switch ASan's fiber API
+// is told the stack that runs next (this stack's fake stack kept in self->fake), after it the
+// switch is finished (learning other's bounds: how a fiber learns the scheduler's stack), so ASan
+// checks every frame against the stack it runs on. TSR_SWITCH_LAST leaves a finished fiber for
+// good (its fake stack destroyed); TSR_ARRIVE(other) is the first statement on a new fiber's
+// stack. In every other build they are the bare switch and nothing: the same code as without them.
+#if defined(__SANITIZE_ADDRESS__)
+struct AsanStack { const void* bottom = nullptr; size_t size = 0; void* fake = nullptr; };
+inline void asan_switch(void** save, void* load, AsanStack* self, AsanStack* other, bool last) {
+  __sanitizer_start_switch_fiber(last ? nullptr : &self->fake, other->bottom, other->size);
+  tsr_cpu_switch(save, load);
+  __sanitizer_finish_switch_fiber(self->fake, &other->bottom, &other->size);
+}
+#define TSR_SWITCH(save, load, self, other) tsr_cpu::asan_switch(save, load, self, other, false)
+#define TSR_SWITCH_LAST(save, load, self, other) tsr_cpu::asan_switch(save, load, self, other, true)
+#define TSR_ARRIVE(other) __sanitizer_finish_switch_fiber(nullptr, &(other)->bottom, &(other)->size)
+#else
+#define TSR_SWITCH(save, load, self, other) tsr_cpu_switch(save, load)
+#define TSR_SWITCH_LAST(save, load, self, other) tsr_cpu_switch(save, load)
+#define TSR_ARRIVE(other) ((void)0)
+#endif
+
 struct Fiber {
   void* sp = nullptr;
+#if defined(__SANITIZE_ADDRESS__)
+  AsanStack asan;            // its stack, as ASan is told of it
+#endif
   unsigned lane = 0;
   State state = DONE;
   int line = 0;              // the line of its current yield point
@@ -145,6 +188,9 @@ struct Runtime {
   std::vector<Fiber> fibers;
   std::vector<unsigned char*> stacks;
   void* sched_sp = nullptr;
+#if defined(__SANITIZE_ADDRESS__)
+  AsanStack sched_asan;      // the scheduler's stack (the thread's: a fiber learns it on arrival)
+#endif
   Fiber* cur = nullptr;
   unsigned lanes = 0;
   unsigned long long rng = 0, switches = 0;
@@ -191,7 +237,7 @@ inline void yield() {  // back to the scheduler; returns when the scheduler resu
   Runtime& r = rt();
   Fiber* f = r.cur;
   ++r.switches;
-  tsr_cpu_switch(&f->sp, r.sched_sp);
+  TSR_SWITCH(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
 
 inline void perform(const Copy& c) { std::memcpy(c.dst, c.src, (size_t)c.bytes); }
@@ -210,11 +256,12 @@ inline void complete_copies(Fiber& f, long keep_groups) {
 
 inline void fiber_main(Fiber* f) {
   Runtime& r = rt();
+  TSR_ARRIVE(&r.sched_asan);
   r.entry(r.args);
   complete_copies(*f, -1);  // copies still in flight land before the thread is gone
   f->state = DONE;
   ++r.switches;
-  tsr_cpu_switch(&f->sp, r.sched_sp);
+  TSR_SWITCH_LAST(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
 
 inline void barrier(int line) {
@@ -242,6 +289,10 @@ inline const char* op_name(int op) {
 inline void start_fiber(Runtime& r, unsigned lane) {
   Fiber& f = r.fibers[lane];
   unsigned char* top = r.stacks[lane] + STACK;  // 16-byte aligned
+#if defined(__SANITIZE_ADDRESS__)
+  f.asan = {r.stacks[lane], STACK, nullptr};
+  ASAN_UNPOISON_MEMORY_REGION(r.stacks[lane], STACK);  // no redzone of the last block's frames stays
+#endif
   void** sp = (void**)(top - 72);
   uint32_t* control = (uint32_t*)sp;
   control[0] = 0x037f;   // x87 control word
@@ -353,7 +404,7 @@ inline bool run_block(Runtime& r) {
       if (f.state != READY) continue;
       r.cur = &f;
       ++r.switches;
-      tsr_cpu_switch(&r.sched_sp, f.sp);
+      TSR_SWITCH(&r.sched_sp, f.sp, &r.sched_asan, &f.asan);
       r.cur = nullptr;
       if (r.out->kind) return false;  // a finding inside a fiber (a bound, an unsupported use)
     }
@@ -389,6 +440,9 @@ inline void on_fault(int sig, siginfo_t* info, void* context) {
 }
 
 inline void guard(bool on, long smem) {  // the handlers, the alternate stack, the shared-memory guard
+#if defined(__SANITIZE_ADDRESS__)
+  (void)on, (void)smem;  // ASan's own handler reports a wild access, with the stack
+#else
   static thread_local unsigned char alt[64 * 1024];
   long from = (smem + 4095) / 4096 * 4096;
   mprotect(tsr_smem + from, sizeof tsr_smem - (size_t)from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
@@ -408,6 +462,7 @@ inline void guard(bool on, long smem) {  // the handlers, the alternate stack, t
     sigaction(SIGBUS, &old_bus, nullptr);
   }
   in_launch = on;
+#endif
 }
 
 inline int launch(Entry entry, const long* grid, int lanes, void** args, const tsr_cpu_options* opt,
@@ -463,7 +518,8 @@ inline int launch(Entry entry, const long* grid, int lanes, void** args, const t
 // round trips between the scheduler and one fiber, for the benchmark
 inline void pingpong_main(Fiber* f) {
   Runtime& r = rt();
-  for (;;) tsr_cpu_switch(&f->sp, r.sched_sp);
+  TSR_ARRIVE(&r.sched_asan);
+  for (;;) TSR_SWITCH(&f->sp, r.sched_sp, &f->asan, &r.sched_asan);
 }
 
 }  // namespace tsr_cpu
@@ -480,5 +536,8 @@ extern "C" __attribute__((visibility("default"))) void tsr_cpu_pingpong(long n) 
   sp[5] = (void*)&f;
   sp[8] = (void*)&tsr_cpu_fiber_start;
   f.sp = sp;
-  for (long i = 0; i < n; ++i) tsr_cpu_switch(&r.sched_sp, f.sp);
+#if defined(__SANITIZE_ADDRESS__)
+  f.asan = {stack, sizeof stack, nullptr};
+#endif
+  for (long i = 0; i < n; ++i) TSR_SWITCH(&r.sched_sp, f.sp, &r.sched_asan, &f.asan);
 }
