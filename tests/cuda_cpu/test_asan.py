@@ -195,3 +195,18 @@ def test_a_g_plus_plus_without_libasan_is_a_backend_error_naming_the_fix(monkeyp
     with pytest.raises(BackendError, match="g\\+\\+ cannot build AddressSanitizer programs here") as caught:
         build.executable(Source(PRELUDE + KERNELS), ["under"])
     assert "memcheck='guard'" in caught.value.fix
+
+
+def test_asan_refuses_to_start_where_randomisation_would_stall_it(monkeypatch, tmp_path):
+    """Where ``setarch -R`` is not allowed and the kernel randomises more than 28 bits of mmap
+    addresses (GCC 12's ASan would spin at start-up), the launch is a BackendError up front."""
+    monkeypatch.setattr(asan, "_no_aslr", lambda: ())
+    monkeypatch.setattr(asan, "RND_BITS", tmp_path / "bits")
+    (tmp_path / "bits").write_text("32\n")
+    args = [np.zeros(4, np.float32), np.zeros(4, np.float32)]
+    with pytest.raises(BackendError, match="vm.mmap_rnd_bits is 32") as caught:
+        launch(KERNELS, "crash", 32, args, memcheck="asan", timeout=2)
+    assert "memcheck ('guard')" in caught.value.fix
+    (tmp_path / "bits").write_text("28\n")  # 28 bits: ASan starts without setarch
+    with pytest.raises(BackendError, match=r"died \(signal \d+\) without a report"):
+        launch(KERNELS, "crash", 32, args, memcheck="asan")

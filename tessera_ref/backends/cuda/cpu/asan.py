@@ -121,6 +121,10 @@ def parse(log: str) -> Report | None:
                   tuple(int(death.group(i)) for i in (2, 3, 4)) if death else (0, 0, 0), head)
 
 
+#: Where Linux says how many bits of mmap addresses it randomises.
+RND_BITS = Path("/proc/sys/vm/mmap_rnd_bits")
+
+
 @functools.lru_cache(maxsize=1)
 def _no_aslr() -> tuple:
     """``(setarch, machine, "-R")`` when it works here, else ``()`` (a container may forbid it)."""
@@ -133,6 +137,22 @@ def _no_aslr() -> tuple:
     except (OSError, subprocess.TimeoutExpired):
         works = False
     return cmd if works else ()
+
+
+def _launcher(kernel: str) -> tuple:
+    """The command prefix of an ASan child: ``setarch -R`` where it works; a BackendError
+    where it does not and the kernel's mmap randomisation (over 28 bits) would stall ASan."""
+    cmd = _no_aslr()
+    try:
+        bits = int(RND_BITS.read_text())
+    except (OSError, ValueError):
+        bits = 0
+    if not cmd and bits > 28:
+        raise BackendError(f"AddressSanitizer cannot start kernel {kernel} on this machine: vm.mmap_rnd_bits is "
+                           f"{bits} and `setarch -R` (running without address-space randomisation) is not allowed",
+                           fix="run `sysctl vm.mmap_rnd_bits=28` (as root), allow the personality system call, or "
+                               "use the default memcheck ('guard')")
+    return cmd
 
 
 def run(program: Path, kernel: str, grid3, lanes: int, args, options: bytes, result_size: int,
@@ -151,7 +171,7 @@ def run(program: Path, kernel: str, grid3, lanes: int, args, options: bytes, res
         env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}  # ASan's runtime must come first
         env["ASAN_OPTIONS"] = ASAN_OPTIONS
         try:
-            done = subprocess.run([*_no_aslr(), str(program), str(launch), str(result)], capture_output=True, text=True,
+            done = subprocess.run([*_launcher(kernel), str(program), str(launch), str(result)], capture_output=True, text=True,
                                   errors="replace", env=env, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise BackendError(f"the AddressSanitizer launch of kernel {kernel} did not finish within {timeout:g} s "
