@@ -25,6 +25,7 @@
 #include <vector>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <ucontext.h>
 
 #include "tessera_switch.h"  // tsr_cpu_switch, tsr_cpu_initial_sp (x86-64 or AArch64)
@@ -54,7 +55,7 @@ struct tsr_cpu_result {
 
 // the running block's dynamic shared memory; the pages past the launch's size are made
 // inaccessible during a launch, so an access beyond it faults
-alignas(4096) unsigned char tsr_smem[227 * 1024 + 4096];
+alignas(4096) unsigned char tsr_smem[(227 * 1024 + 4095) / 4096 * 4096 + 4096];
 
 namespace tsr_cpu {
 
@@ -336,8 +337,11 @@ inline void on_fault(int sig, siginfo_t* info, void* context) {
 
 inline void guard(bool on, long smem) {  // the handlers, the alternate stack, the shared-memory guard
   static thread_local unsigned char alt[64 * 1024];
-  long from = (smem + 4095) / 4096 * 4096;
-  mprotect(tsr_smem + from, sizeof tsr_smem - (size_t)from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+  // the whole pages between the launch's shared memory and the end of tsr_smem (both ends rounded
+  // inwards to the host's page size: never a page that also holds another variable)
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)tsr_smem;
+  uintptr_t from = (start + (uintptr_t)smem + page - 1) / page * page, to = (start + sizeof tsr_smem) / page * page;
+  if (from < to) mprotect((void*)from, to - from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
   if (on) {
     stack_t ss{};
     ss.ss_sp = alt;
