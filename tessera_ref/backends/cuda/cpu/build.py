@@ -35,7 +35,8 @@ from ..toolchain import HEADER_DIR
 
 __all__ = ["MACHINES", "FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
 
-#: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, the CUDA header stand-ins).
+#: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, ``tessera_switch.h``, the CUDA
+#: header stand-ins).
 TWIN_DIR = Path(__file__).parent / "include"
 #: The machines (``platform.machine()``) whose fiber switch ``tessera_switch.h`` has.
 MACHINES = ("x86_64", "AMD64", "aarch64")
