@@ -77,7 +77,9 @@ inline void* tsr_cpu_initial_sp(unsigned char* top, void* entry, void* arg) {
 
 // The frame (160 bytes, so sp stays 16-byte aligned), from the saved stack pointer up: x19 … x28,
 // x29, x30, d8 … d15. A new fiber: x19 = arg, x20 = entry, x29 = 0 (the end of the frame chain),
-// x30 = tsr_cpu_fiber_start; the switch's `ret` enters it with sp = top.
+// x30 = tsr_cpu_fiber_start; the switch's `ret` enters it with sp = top. `hint #34` is `bti c`:
+// the landing pad a call through a linker veneer needs where branch protection is on (a g++
+// built with -mbranch-protection marks the whole unit as BTI-guarded), a no-op elsewhere.
 asm(R"(
   .text
   .p2align 4
@@ -85,6 +87,7 @@ asm(R"(
   .hidden tsr_cpu_switch
   .type tsr_cpu_switch, %function
 tsr_cpu_switch:
+  hint #34
   sub sp, sp, #160
   stp x19, x20, [sp, #0]
   stp x21, x22, [sp, #16]
