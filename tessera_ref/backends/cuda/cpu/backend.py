@@ -65,7 +65,7 @@ class CudaCpuBackend(RenderedBackend):
     description = "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber"
 
     def __init__(self, schedule: str = "lockstep", cp_async: str = "deferred"):
-        build.gxx()  # no g++, or neither x86-64 nor AArch64: a BackendError now
+        build.gxx()  # no g++ or not x86-64: a BackendError now
         self.options = harness.Options(schedule, cp_async)
 
     def __repr__(self) -> str:

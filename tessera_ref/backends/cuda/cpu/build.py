@@ -33,7 +33,7 @@ from ....errors import BackendError
 from ..compile import CompileError, cache_dir
 from ..toolchain import HEADER_DIR
 
-__all__ = ["MACHINES", "FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
+__all__ = ["FLAGS", "DEBUG_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library", "gxx"]
 
 #: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, ``tessera_switch.h``, the CUDA
 #: header stand-ins).

@@ -10,8 +10,9 @@
 // another; shared memory is refilled with 0xFF bytes (NaN in every float format) before each.
 //
 // The context switch (tessera_switch.h) is hand-written for x86-64 System V and AArch64 AAPCS64
-// (the callee-saved registers on the stack, then the stack pointer swapped): no system call per
-// switch (ucontext's swapcontext makes one).
+// Linux (the callee-saved registers and, on x86-64, the
+// SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
+// no system call per switch (ucontext's swapcontext makes one).
 #pragma once
 #include <cstdarg>
 #include <cstddef>
