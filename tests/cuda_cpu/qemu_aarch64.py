@@ -112,7 +112,7 @@ def on_qemu():
     with tempfile.TemporaryDirectory(prefix="tsr-qemu-") as d:
         work = Path(d)
 
-        def run(lib, kernel, grid, lanes, args, smem, options, source, names=None):
+        def run(lib, kernel, grid, lanes, args, smem, options, source, names=None, **_):  # harness.run's signature
             code, seed = harness.parse_schedule(options.schedule)
             grid = tuple(int(g) for g in (tuple(grid) if np.ndim(grid) else (grid,)))
             grid3 = grid + (1,) * (3 - len(grid))
@@ -137,8 +137,10 @@ def on_qemu():
                 at += a.nbytes
             return int(switches)
 
-        with mock.patch.object(build, "library", lambda source, kernels, flags=build.FLAGS: Emulated(source, kernels)), \
-                mock.patch.object(harness, "run", run):
+        def library(source, kernels, flags=build.FLAGS):
+            return Emulated(source, kernels)
+
+        with mock.patch.object(build, "library", library), mock.patch.object(harness, "run", run):
             yield
 
 
