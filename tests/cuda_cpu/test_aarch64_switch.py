@@ -4,7 +4,10 @@ shipped header for aarch64 by zig (PyPI ``ziglang``) and run in the unicorn CPU 
 ``unicorn``) from its ``_start`` to a sentinel return address; the results it leaves in memory
 are checked against values computed here. Planted bugs in a copy of the header show that the
 checks can fail. Both packages are in the ``test`` extra: without them these tests fail (they
-are not skipped), saying what to install.
+are not skipped), saying what to install. Also here: the header's ``#error`` for a third
+architecture, the backend's BackendError off x86-64 and AArch64, and (slow) a GEMM and a row
+reduction with the whole twin compiled for aarch64 under qemu-user (``qemu_aarch64.py``;
+Debian packages, so skipped where they are missing).
 """
 from __future__ import annotations
 
