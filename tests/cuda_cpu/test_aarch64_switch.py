@@ -188,7 +188,7 @@ def test_the_backend_is_made_on_aarch64_and_refused_elsewhere(monkeypatch, machi
 @pytest.mark.parametrize("name", ["matmul_f32", "sum"])
 def test_a_gemm_and_a_row_reduction_give_the_interpreters_bits_on_emulated_aarch64(name):
     """The whole twin and a rendered kernel compiled for aarch64 and run under qemu-aarch64
-    (tests/cuda_cpu/qemu_aarch64.py; ~10 s each). Debian packages, not PyPI ones: without
+    (tests/cuda_cpu/qemu_aarch64.py; a few seconds each). Debian packages, not PyPI ones: without
     them this test is skipped, saying what to install."""
     import qemu_aarch64
 
