@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -79,7 +80,7 @@ def main() -> None:
     lib = build.library(source, kernels)
     rounds = 2_000_000
     s = best_time(lambda: lib.tsr_cpu_pingpong(rounds), args.repeat)
-    print(f"{'fiber switch (x86-64, hand-written)':44} {2 * rounds / s / 1e6:9.1f} M switches/s "
+    print(f"{f'fiber switch ({platform.machine()}, hand-written)':44} {2 * rounds / s / 1e6:9.1f} M switches/s "
           f"{s / (2 * rounds) * 1e9:6.1f} ns/switch")
 
     with tempfile.TemporaryDirectory() as d:

@@ -22,6 +22,6 @@ from .cpu import CudaCpuBackend
 
 register_target("target", emit_cuda)
 register("cuda", CudaBackend)  # made on first use: a BackendError without CuPy or a GPU
-register("cuda-cpu", CudaCpuBackend)  # made on first use: a BackendError without g++ or off x86-64
+register("cuda-cpu", CudaCpuBackend)  # made on first use: a BackendError without g++ or off x86-64 and AArch64
 
 __all__ = ["emit_cuda", "CudaBackend", "CudaCpuBackend"]

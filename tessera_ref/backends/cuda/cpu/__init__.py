@@ -6,7 +6,8 @@ and run on the CPU with each CUDA thread a fiber:
 
 - ``include/``: the twin (CUDA's keywords, thread indices, vector and narrow types,
   cp.async, shuffles, votes, ldmatrix, mma.sync, atomics) and ``tessera_fiber.h``, the
-  fibers (a hand-written x86-64 context switch) and the block scheduler with its findings;
+  fibers (a hand-written x86-64 or AArch64 context switch, ``tessera_switch.h``) and the block
+  scheduler with its findings;
 - :mod:`.build`: the translation unit, g++, the cache, loading with ctypes;
 - :mod:`.harness`: one launch under a schedule and cp.async mode, findings as errors;
 - :mod:`.asan`: one launch in the kernel's AddressSanitizer program (``include/tessera_asan.h``),

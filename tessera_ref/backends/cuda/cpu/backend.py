@@ -67,7 +67,7 @@ class CudaCpuBackend(RenderedBackend):
     description = "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber"
 
     def __init__(self, schedule: str = "lockstep", cp_async: str = "deferred", memcheck: str = "guard"):
-        build.gxx()  # no g++ or not x86-64: a BackendError now
+        build.gxx()  # no g++, or a host neither x86-64 nor AArch64: a BackendError now
         self.options = harness.Options(schedule, cp_async, memcheck=memcheck)
 
     def __repr__(self) -> str:

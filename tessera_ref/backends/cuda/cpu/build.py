@@ -38,8 +38,11 @@ from ..toolchain import HEADER_DIR
 __all__ = ["FLAGS", "DEBUG_FLAGS", "ASAN_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library",
            "executable", "gxx"]
 
-#: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, the CUDA header stand-ins).
+#: The twin's include directory (``tessera_cpu.h``, ``tessera_fiber.h``, ``tessera_switch.h``, the CUDA
+#: header stand-ins).
 TWIN_DIR = Path(__file__).parent / "include"
+#: The machines (``platform.machine()``) whose fiber switch ``tessera_switch.h`` has.
+MACHINES = ("x86_64", "AMD64", "aarch64")
 #: g++'s options for every kernel library.
 FLAGS = ("-std=c++17", "-O2", "-g", "-fno-fast-math", "-ffp-contract=off", "-fPIC", "-shared", "-fvisibility=hidden",
          "-fno-strict-aliasing")
@@ -81,10 +84,12 @@ def translation_unit(source, kernels, main: bool = False) -> str:
 
 @functools.lru_cache(maxsize=1)
 def gxx() -> tuple[str, str]:
-    """``(path, version line)`` of g++; a BackendError when there is none or the machine is not x86-64."""
-    if platform.machine() not in ("x86_64", "AMD64"):
-        raise BackendError(f"the CUDA-on-CPU harness switches fibers with x86-64 code; this machine is "
-                           f"{platform.machine()}", fix="run it on an x86-64 machine, or use the 'interp' backend")
+    """``(path, version line)`` of g++; a BackendError when there is none or the machine is
+    neither x86-64 nor AArch64 (the architectures of ``tessera_switch.h``)."""
+    if platform.machine() not in MACHINES:
+        raise BackendError(f"the CUDA-on-CPU harness switches fibers with hand-written x86-64 or AArch64 code; this "
+                           f"machine is {platform.machine() or 'of unknown architecture'}",
+                           fix="run it on an x86-64 or AArch64 Linux machine, or use the 'interp' backend")
     path = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("g++")
     if path is None:
         raise BackendError("the CUDA-on-CPU harness compiles kernels with g++, which is not on PATH",

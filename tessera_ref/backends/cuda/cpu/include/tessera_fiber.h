@@ -9,7 +9,8 @@
 // not all 32 lanes reach: the block deadlocks) and ends the launch. Blocks run one after
 // another; shared memory is refilled with 0xFF bytes (NaN in every float format) before each.
 //
-// The context switch is a hand-written x86-64 System V routine (callee-saved registers, the
+// The context switch (tessera_switch.h) is hand-written for x86-64 System V and AArch64 AAPCS64
+// Linux (the callee-saved registers and, on x86-64, the
 // SSE control word MXCSR and the x87 control word on the stack, then the stack pointer swapped):
 // no system call per switch (ucontext's swapcontext makes one). Every switch is a TSR_SWITCH,
 // which under AddressSanitizer (g++ -fsanitize=address: CUDA-CPU-10) tells ASan which stack runs
@@ -27,60 +28,14 @@
 #include <vector>
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <ucontext.h>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#if !defined(__x86_64__)
-#error "the CUDA-on-CPU harness switches fibers with x86-64 code only"
-#endif
-
-extern "C" void tsr_cpu_switch(void** save_sp, void* load_sp);
-extern "C" void tsr_cpu_fiber_start();
-// tsr_cpu_switch(save, load): push the callee-saved registers and control words, store the stack
-// pointer in *save, load `load` and pop the other fiber's. A new fiber's stack is laid out as if
-// it had switched away with r12 = its Fiber*, r13 = its entry function and the return address at
-// tsr_cpu_fiber_start, which calls entry(fiber) on a 16-byte aligned stack.
-asm(R"(
-  .text
-  .p2align 4
-  .globl tsr_cpu_switch
-  .hidden tsr_cpu_switch
-  .type tsr_cpu_switch, @function
-tsr_cpu_switch:
-  pushq %rbp
-  pushq %rbx
-  pushq %r12
-  pushq %r13
-  pushq %r14
-  pushq %r15
-  subq $16, %rsp
-  stmxcsr 8(%rsp)
-  fnstcw (%rsp)
-  movq %rsp, (%rdi)
-  movq %rsi, %rsp
-  ldmxcsr 8(%rsp)
-  fldcw (%rsp)
-  addq $16, %rsp
-  popq %r15
-  popq %r14
-  popq %r13
-  popq %r12
-  popq %rbx
-  popq %rbp
-  ret
-  .size tsr_cpu_switch, .-tsr_cpu_switch
-  .globl tsr_cpu_fiber_start
-  .hidden tsr_cpu_fiber_start
-  .type tsr_cpu_fiber_start, @function
-tsr_cpu_fiber_start:
-  movq %r12, %rdi
-  callq *%r13
-  ud2
-  .size tsr_cpu_fiber_start, .-tsr_cpu_fiber_start
-)");
+#include "tessera_switch.h"  // tsr_cpu_switch, tsr_cpu_initial_sp (x86-64 or AArch64)
 
 // What a launch is asked to do (filled by the Python side, tessera_ref/backends/cuda/cpu/harness.py).
 struct tsr_cpu_options {
@@ -115,7 +70,7 @@ inline unsigned char (*tsr_cpu_smem())[] { return reinterpret_cast<unsigned char
 #else
 // the running block's dynamic shared memory; the pages past the launch's size are made
 // inaccessible during a launch, so an access beyond it faults
-alignas(4096) unsigned char tsr_smem[227 * 1024 + 4096];
+alignas(4096) unsigned char tsr_smem[(227 * 1024 + 4095) / 4096 * 4096 + 4096];
 #endif
 
 namespace tsr_cpu {
@@ -293,18 +248,7 @@ inline void start_fiber(Runtime& r, unsigned lane) {
   f.asan = {r.stacks[lane], STACK, nullptr};
   ASAN_UNPOISON_MEMORY_REGION(r.stacks[lane], STACK);  // no redzone of the last block's frames stays
 #endif
-  void** sp = (void**)(top - 72);
-  uint32_t* control = (uint32_t*)sp;
-  control[0] = 0x037f;   // x87 control word
-  control[2] = 0x1f80;   // MXCSR: round to nearest, exceptions masked
-  sp[2] = nullptr;                               // r15
-  sp[3] = nullptr;                               // r14
-  sp[4] = (void*)&fiber_main;                    // r13: the entry
-  sp[5] = (void*)&f;                             // r12: its argument
-  sp[6] = nullptr;                               // rbx
-  sp[7] = nullptr;                               // rbp
-  sp[8] = (void*)&tsr_cpu_fiber_start;           // the return address
-  f.sp = sp;
+  f.sp = tsr_cpu_initial_sp(top, (void*)&fiber_main, &f);
   f.lane = lane;
   f.tid = {lane, 0, 0};
   f.state = READY;
@@ -426,7 +370,11 @@ inline void on_fault(int sig, siginfo_t* info, void* context) {
     return;
   }
   Runtime& r = rt();
+#if defined(__x86_64__)
   void* pc = (void*)((ucontext_t*)context)->uc_mcontext.gregs[REG_RIP];
+#else
+  void* pc = (void*)((ucontext_t*)context)->uc_mcontext.pc;
+#endif
   Dl_info where;
   r.out->fault_address = (unsigned long long)info->si_addr;
   if (dladdr(pc, &where) && where.dli_fname) {
@@ -444,8 +392,11 @@ inline void guard(bool on, long smem) {  // the handlers, the alternate stack, t
   (void)on, (void)smem;  // ASan's own handler reports a wild access, with the stack
 #else
   static thread_local unsigned char alt[64 * 1024];
-  long from = (smem + 4095) / 4096 * 4096;
-  mprotect(tsr_smem + from, sizeof tsr_smem - (size_t)from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
+  // the whole pages between the launch's shared memory and the end of tsr_smem (both ends rounded
+  // inwards to the host's page size: never a page that also holds another variable)
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), start = (uintptr_t)tsr_smem;
+  uintptr_t from = (start + (uintptr_t)smem + page - 1) / page * page, to = (start + sizeof tsr_smem) / page * page;
+  if (from < to) mprotect((void*)from, to - from, on ? PROT_NONE : PROT_READ | PROT_WRITE);
   if (on) {
     stack_t ss{};
     ss.ss_sp = alt;
@@ -529,13 +480,7 @@ extern "C" __attribute__((visibility("default"))) void tsr_cpu_pingpong(long n) 
   std::lock_guard<std::mutex> hold(r.lock);
   static unsigned char stack[64 * 1024] __attribute__((aligned(16)));
   tsr_cpu::Fiber f;
-  void** sp = (void**)(stack + sizeof stack - 72);
-  ((uint32_t*)sp)[0] = 0x037f;
-  ((uint32_t*)sp)[2] = 0x1f80;
-  sp[4] = (void*)&tsr_cpu::pingpong_main;
-  sp[5] = (void*)&f;
-  sp[8] = (void*)&tsr_cpu_fiber_start;
-  f.sp = sp;
+  f.sp = tsr_cpu_initial_sp(stack + sizeof stack, (void*)&tsr_cpu::pingpong_main, &f);
 #if defined(__SANITIZE_ADDRESS__)
   f.asan = {stack, sizeof stack, nullptr};
 #endif
