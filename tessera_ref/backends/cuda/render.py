@@ -875,11 +875,12 @@ class _Emitter:
             raise LoweringError(f"the CUDA emitter renders a tensor-core mma ({op.attributes['accum']}) as "
                                 f"mma.sync.m16n8k16 (bf16, f16) or m16n8k32 (fp8_e4m3, fp8_e5m2): it needs two "
                                 f"operands of one of these formats, a [M, K] a with K a multiple of the "
-                                f"instruction's k (16, fp8: 32) and rows of a whole number of 4-byte words, and "
-                                f"the fragment layout of ir.fragment.mma_sync({M}, {N}, lanes); got {a.type}, "
-                                f"{b.type}", location=op.location,
-                                fix="lower the matmul with a tensor-core policy and a tile of whole 16 x 8 tiles "
-                                    "for its warps (e.g. tile (128, 128, 32), 256 lanes)")
+                                f"instruction's k (16, fp8: 32), unswizzled shared rows of a whole number of 4-byte "
+                                f"words, and the fragment layout of ir.fragment.mma_sync({M}, {N}, lanes); got "
+                                f"{a.type}, {b.type}", location=op.location,
+                                fix="lower the matmul with a tensor-core policy, a tile of whole 16 x 8 tiles for "
+                                    "its warps (e.g. tile (128, 128, 32), 256 lanes), no swizzle and a padding of "
+                                    "whole 4-byte words")
         _, _, WN, _ = own.layout.lane_shape
         RN, RM = own.layout.value_shape[2], own.layout.value_shape[3]
         self.emit("#pragma unroll")
