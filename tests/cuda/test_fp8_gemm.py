@@ -14,7 +14,7 @@ from tessera_ref import backends, op
 from tessera_ref.backends.cuda.compile import TensorCoreArchError, build, check_tc_arch
 from tessera_ref.backends.cuda.report import BUDGET_REGISTERS
 from tessera_ref.backends.cuda.source import render
-from tessera_ref.errors import BackendError, LoweringError, PolicyError
+from tessera_ref.errors import BackendError, DTypeError, LoweringError, PolicyError
 from tessera_ref.lowering import lower
 from tessera_ref.numerics import tc
 
@@ -77,6 +77,15 @@ def test_fp8_is_refused_for_sm_80():
         build(src, "sm_80")
     with pytest.raises(BackendError, match="tc:sm90.*is sm_90's tensor-core model"):
         build(src.text, "sm_80")  # plain text: NVRTC meets the #error
+
+
+def test_mixed_e4m3_e5m2_operands_are_refused_at_the_matmul():
+    """PTX has m16n8k32 with .e4m3 x .e5m2; the Graph IR matmul takes one format (and NUM-TC-1
+    models none mixed), so no such kernel is ever rendered."""
+    a = t.asarray(np.ones((64, 64), DTYPES["fp8_e4m3"]), policy=t.Policy("fp8_e4m3", accum="tc:sm90"))
+    b = t.asarray(np.ones((64, 64), DTYPES["fp8_e5m2"]), policy=t.Policy("fp8_e5m2", accum="tc:sm90"))
+    with pytest.raises(DTypeError, match="different element types"):
+        t.jit(lambda p, q: op.matmul(p, q)).trace(a, b)
 
 
 def test_sm80_has_no_fp8_model():
