@@ -55,6 +55,43 @@ def test_fp8_gemms_give_the_interpreters_tc_sm90_bits(name, fmt):
         assert np.array_equal(bits(got[0]), bits(want[0])), (name, fmt, schedule, cp_async)
 
 
+def _specials(fmt, a, b):
+    """NaN, zero rows, each format's largest finite value (e4m3 products overflow to its NaN in
+    the fp8 store), and for e5m2 infinities of both signs."""
+    a[3, 5], a[7, :] = np.nan, 0
+    big = float(ml_dtypes.finfo(DTYPES[fmt]).max)
+    a[20, 1], b[1, :] = big, big
+    if fmt == "fp8_e5m2":
+        b[2, 9], b[4, 10], a[11, 4] = np.inf, -np.inf, np.inf
+
+
+#: name -> (fmt, function, operand shapes)
+VARIANTS = {
+    "transposed": ("fp8_e4m3", lambda p, q: op.matmul(p, q, transpose_a=True, transpose_b=True), [(64, 64)] * 2),
+    "batched": ("fp8_e5m2", lambda p, q: op.matmul(p, q), [(2, 64, 96), (96, 64)]),
+    "special values e4m3": ("fp8_e4m3", lambda p, q: op.matmul(p, q), [(64, 64)] * 2),
+    "special values e5m2": ("fp8_e5m2", lambda p, q: op.matmul(p, q), [(64, 64)] * 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_fp8_variants_give_the_interpreters_bits(name):
+    fmt, fn, shapes = VARIANTS[name]
+    rng = np.random.default_rng(8)
+    args = [rng.standard_normal(s).astype(DTYPES[fmt]) for s in shapes]
+    if name.startswith("special"):
+        _specials(fmt, *args)
+    pol = t.Policy(fmt, accum="tc:sm90")
+    program = lower(t.jit(fn).trace(*(t.asarray(x, policy=pol) for x in args)))
+    assert "tsr_mma_m16n8k32_" in render(program.tile).text
+    with backends.use("interp"):
+        want, _ = program.run(*args)
+    if name.startswith("special"):
+        assert np.isnan(want[0].astype(np.float32)).any()
+    for schedule, cp_async in (("reverse", "deferred"), ("random:2", "eager")):
+        assert np.array_equal(bits(run_on(program, args, schedule, cp_async)[0][0]), bits(want[0])), name
+
+
 def test_the_fp8_model_is_what_the_bits_show():
     """The bits the harness matches are the fp8 model's (numerics.tc.mma: blocks of 32, 14 bits
     toward zero), which on this data differ from the exactly rounded product."""
