@@ -72,7 +72,8 @@ def test_fp8_is_refused_for_sm_80():
     src = render(_program("fp8_e4m3").tile)
     with pytest.raises(TensorCoreArchError) as info:
         check_tc_arch(src, "sm_80")
-    assert "accum='tc:sm90'" in info.value.what and "sm_80" in info.value.what and "compile it for sm_90" in info.value.fix
+    e = info.value
+    assert "accum='tc:sm90'" in e.what and "sm_80" in e.what and "compile it for sm_90" in e.fix
     with pytest.raises(TensorCoreArchError):
         build(src, "sm_80")
     with pytest.raises(BackendError, match="tc:sm90.*is sm_90's tensor-core model"):

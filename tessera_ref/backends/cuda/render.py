@@ -861,7 +861,8 @@ class _Emitter:
         the fragment must have :func:`~tessera_ref.ir.fragment.mma_sync`'s layout; per
         instruction K (k ascending), each warp loads its A registers (32-bit loads of ``per``
         consecutive k) and B registers (``per`` 16- or 8-bit loads packed, the lowest k in the
-        lowest bits) in the PTX fragment layout (hardware.md) and issues one instruction per
+        lowest bits) in the PTX fragment layouts (hardware.md; the PTX ISA's m16n8k32 figures
+        for 8-bit types) and issues one instruction per
         16 × 8 tile, the accumulator carried from one instruction to the next — the model's
         blocks, k ascending."""
         a, b = op.operands[:2]
@@ -902,10 +903,12 @@ class _Emitter:
                 at = A.at([f"{r0} + {16 * rm + dr}", f"kk + {per} * {t} + {dk}"])
                 self.emit(f"fa[{rm}][{i}] = *reinterpret_cast<const unsigned*>(&{at});")
         for rn in range(RN):  # b_i: column g, k = per·t + j (+ half for i = 1)
+            col = f"{c0} + {8 * rn}"
             for i, dk in enumerate((0, half)):
-                parts = [f"(unsigned)*reinterpret_cast<const {raw}*>(&{B.at([f'kk + {per} * {t} + {dk + j}', f'{c0} + {8 * rn}'])})"
-                         + (f" << {bits * j}" if j else "") for j in range(per)]
-                self.emit(f"fb[{rn}][{i}] = " + " | ".join(f"({p})" if j else p for j, p in enumerate(parts)) + ";")
+                loads = [f"(unsigned)*reinterpret_cast<const {raw}*>(&{B.at([f'kk + {per} * {t} + {dk + j}', col])})"
+                         for j in range(per)]
+                packed = [loads[0]] + [f"({x} << {bits * j})" for j, x in enumerate(loads) if j]
+                self.emit(f"fb[{rn}][{i}] = " + " | ".join(packed) + ";")
         for rm in range(RM):
             for rn in range(RN):
                 v = 4 * (rn + RN * rm)
