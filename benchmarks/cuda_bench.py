@@ -16,6 +16,9 @@ in either). Rows:
 - tensor-core bf16 GEMM under the device's model (``accum="tc:sm80"`` on sm_80,
   ``"tc:sm90"`` on sm_90: ``mma.sync`` m16n8k16, tile 128x128x32) vs cuBLAS bf16
   (``cublasGemmEx`` with CUDA_R_16BF inputs, f32 compute and output);
+- on sm_90, tensor-core fp8 (e4m3) GEMM under ``"tc:sm90"`` (``mma.sync`` m16n8k32, tile
+  128x128x32) vs the same cuBLAS bf16 GEMM on the same values (e4m3 values are bf16 values;
+  CuPy has no binding of cuBLASLt's fp8 matmul to compare with);
 - softmax and row sum over the last axis (NUM-RED-2, one warp per row) — GB/s of the
   operand read plus the result written, vs CuPy's ``exp(x - max) / sum`` and ``sum(axis=-1)``;
 - a fused elementwise chain ``x * y + z`` (LOWER-FUSE-1: two roundings, no FMA) vs CuPy's;
@@ -72,6 +75,10 @@ def cases(arch: str) -> dict:
                             dict(tile=(128, 128, 8), lanes=256), ("flops", 2 * n ** 3)),
         f"gemm_bf16_{model}": (lambda a, b: op.matmul(a, b), _policy_arrays([(n, n), (n, n)], "bf16", model),
                                dict(tile=(128, 128, 32), lanes=256), ("flops", 2 * n ** 3)),
+        **({f"gemm_fp8_e4m3_{model}": (lambda a, b: op.matmul(a, b),
+                                       _policy_arrays([(n, n), (n, n)], "fp8_e4m3", model),
+                                       dict(tile=(128, 128, 32), lanes=256), ("flops", 2 * n ** 3))}
+           if arch == "sm_90" else {}),  # tc:sm80 has no fp8 model (NUM-TC-1)
         "softmax_f32": (lambda x: op.softmax(x), f32((rows, cols)), {}, ("bytes", 2 * 4 * rows * cols)),
         "row_sum_f32": (lambda x: op.sum(x, axis=-1), f32((rows, cols)), {}, ("bytes", 4 * rows * (cols + 1))),
         "elementwise_x*y+z": (lambda x, y, z: x * y + z, f32((flat,), (flat,), (flat,)), dict(vectorize=4),
@@ -183,6 +190,9 @@ def _baseline(cp, name, host, n_out):
     the number of result elements)."""
     if name.startswith("gemm_bf16"):
         return _cublas_bf16(cp, *host), "cuBLAS bf16 (cublasGemmEx)"
+    if name.startswith("gemm_fp8"):
+        import ml_dtypes
+        return _cublas_bf16(cp, *(h.astype(ml_dtypes.bfloat16) for h in host)), "cuBLAS bf16 on the fp8 values"
     dev = [cp.asarray(h) for h in host]
     if name == "sgemm_f32_exact":
         return (lambda: cp.matmul(*dev)), "cuBLAS SGEMM (cupy.matmul, TF32 off)"

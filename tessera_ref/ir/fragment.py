@@ -143,10 +143,10 @@ def blocked(rows: int, cols: int, lanes: int) -> TVLayout | None:
 
 
 def mma_sync(rows: int, cols: int, lanes: int) -> TVLayout | None:
-    """The ``mma.sync.m16n8k16`` accumulator layout of a ``rows × cols`` fragment over
-    ``lanes`` lanes (see the module docstring), or None when the tile is not made of whole
-    16 × 8 tiles that the warps share evenly: the warp grid with the squarest per-warp
-    region (more columns first)."""
+    """The ``mma.sync.m16n8k16`` accumulator layout (fp8's ``m16n8k32`` has the same) of a
+    ``rows × cols`` fragment over ``lanes`` lanes (see the module docstring), or None when the
+    tile is not made of whole 16 × 8 tiles that the warps share evenly: the warp grid with the
+    squarest per-warp region (more columns first)."""
     if rows % 16 or cols % 8 or lanes % 32:
         return None
     warps, tiles_m, tiles_n = lanes // 32, rows // 16, cols // 8

@@ -32,11 +32,11 @@ class Planted(CudaCpuBackend):
 
 
 @functools.lru_cache(maxsize=None)
-def _tc_program():
+def _tc_program(fmt="bf16", dtype=ml_dtypes.bfloat16, model="tc:sm80"):
     rng = np.random.default_rng(4)
-    A = rng.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
-    B = rng.standard_normal((64, 128)).astype(ml_dtypes.bfloat16)
-    pol = t.Policy("bf16", accum="tc:sm80")
+    A = rng.standard_normal((128, 64)).astype(dtype)
+    B = rng.standard_normal((64, 128)).astype(dtype)
+    pol = t.Policy(fmt, accum=model)
     a, b = (t.asarray(x, policy=pol) for x in (A, B))
     program = lower(t.jit(lambda p, q: op.matmul(p, q)).trace(a, b), dict(tile=(128, 128, 32), lanes=256))
     with backends.use("interp"):
@@ -56,7 +56,8 @@ def _softmax_100():
 
 @functools.lru_cache(maxsize=None)
 def _program(name):
-    special = {"matmul_tc": _tc_program, "softmax_100": _softmax_100}
+    special = {"matmul_tc": _tc_program, "softmax_100": _softmax_100,
+               "matmul_tc_fp8": lambda: _tc_program("fp8_e4m3", ml_dtypes.float8_e4m3fn, "tc:sm90")}
     return special[name]() if name in special else on_the_interpreter(name, 5)
 
 
@@ -98,6 +99,10 @@ MUTANTS = {
     "off-by-one bound": ("softmax_100", _nth(r"(bool v\d+ = v\d+) < (v\d+);", r"\1 <= \2;", 1),
                          (r"float v\d+ = x\[", 1)),  # the read one past the row: past the end in the last row
     "swapped mma fragment register": ("matmul_tc", _swap("fa[0][1] = ", "fa[0][2] = "), (r"tsr_mma_m16n8k16", 0)),
+    "swapped fp8 mma fragment register (A)": ("matmul_tc_fp8", _swap("fa[0][1] = ", "fa[0][2] = "),
+                                              (r"tsr_mma_m16n8k32", 0)),
+    "swapped fp8 mma fragment register (B)": ("matmul_tc_fp8", _swap("fb[1][0] = ", "fb[1][1] = "),
+                                              (r"tsr_mma_m16n8k32", 0)),
     "barrier in a divergent branch": ("matmul_f32", _nth(BARRIER, "if (threadIdx.x < 64) __syncthreads();"),
                                       (BARRIER, 0)),
 }

@@ -43,8 +43,8 @@ rounding or overflow (CUDA-HDR-3: GRAPH-CAST-1's rule; see ``HEADER`` for how CU
 conversions differ). A NaN that arithmetic produces has the hardware's bits; the values that
 may hold one (:func:`_nan_classes`) go through ``tsr_canon`` where stored, cast or merged
 with a loaded value (CUDA-RUN-3).
-Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_*`` and the kernel is guarded
-to its model's architecture (CUDA-TC-1).
+Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_{bf16,f16}`` or
+``tsr_mma_m16n8k32_{e4m3,e5m2}`` and the kernel is guarded to its model's architecture (CUDA-TC-1).
 ``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
@@ -102,6 +102,9 @@ _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async
                                                  "for", "if")}
 #: vector types for one 8- or 16-byte access of consecutive elements
 _VECTOR = {("float", 4): "float4", ("float", 2): "float2", ("double", 2): "double2"}
+#: the mma.sync of a tensor-core mma by operand format: (shape, PTX type, instruction k)
+_MMA_SHAPES = {"bf16": ("m16n8k16", "bf16", 16), "f16": ("m16n8k16", "f16", 16),
+               "fp8_e4m3": ("m16n8k32", "e4m3", 32), "fp8_e5m2": ("m16n8k32", "e5m2", 32)}
 #: the raw-bits type of one 4-, 8- or 16-byte access of narrow elements
 _RAW = {4: "unsigned int", 8: "uint2", 16: "uint4"}
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "mod": "%", "lt": "<", "le": "<=",
@@ -853,24 +856,32 @@ class _Emitter:
         self.emit("}")
 
     def _mma_sync(self, op, own, A, B, C, name, K, k_major) -> None:
-        """A tensor-core ``mma`` (``accum = "tc:…"``, NUM-TC-5) as ``mma.sync.m16n8k16`` with
-        f32 accumulation: the fragment must have :func:`~tessera_ref.ir.fragment.mma_sync`'s
-        layout; per 16 k ascending, each warp loads its A pairs (32-bit loads of two
-        consecutive k) and B pairs (two 16-bit loads packed) in the PTX fragment layout
-        (hardware.md) and issues one instruction per 16 × 8 tile, the accumulator carried
-        from one instruction to the next — the model's blocks, k ascending."""
+        """A tensor-core ``mma`` (``accum = "tc:…"``, NUM-TC-5) as ``mma.sync`` with f32
+        accumulation — ``m16n8k16`` for bf16/f16, ``m16n8k32`` for fp8 (:data:`_MMA_SHAPES`):
+        the fragment must have :func:`~tessera_ref.ir.fragment.mma_sync`'s layout; per
+        instruction K (k ascending), each warp loads its A registers (32-bit loads of ``per``
+        consecutive k) and B registers (``per`` 16- or 8-bit loads packed, the lowest k in the
+        lowest bits) in the PTX fragment layouts (hardware.md; the PTX ISA's m16n8k32 figures
+        for 8-bit types) and issues one instruction per
+        16 × 8 tile, the accumulator carried from one instruction to the next — the model's
+        blocks, k ascending."""
         a, b = op.operands[:2]
         fmt = _format(a.type)
         M, N = op.results[0].type.shape
         lanes = own.layout.lanes if own is not None else None
-        if own is None or own.layout != mma_sync(M, N, lanes) or k_major or fmt not in ("bf16", "f16") \
-                or _format(b.type) != fmt or K % 16 or not A.vector([1, 2], 2):
+        shape, ab, kstep = _MMA_SHAPES.get(fmt, ("m16n8k16", None, 16))
+        per = 4 // a.type.dtype.itemsize  # elements per 32-bit register
+        if own is None or own.layout != mma_sync(M, N, lanes) or k_major or ab is None \
+                or _format(b.type) != fmt or K % kstep or not A.vector([1, per], per):
             raise LoweringError(f"the CUDA emitter renders a tensor-core mma ({op.attributes['accum']}) as "
-                                f"mma.sync.m16n8k16: it needs bf16 or f16 operands, a [M, K] a with K a multiple "
-                                f"of 16 and rows of an even length, and the fragment layout of "
-                                f"ir.fragment.mma_sync({M}, {N}, lanes); got {a.type}, {b.type}",
-                                location=op.location, fix="lower the matmul with a tensor-core policy and a tile "
-                                "of whole 16 x 8 tiles for its warps (e.g. tile (128, 128, 32), 256 lanes)")
+                                f"mma.sync.m16n8k16 (bf16, f16) or m16n8k32 (fp8_e4m3, fp8_e5m2): it needs two "
+                                f"operands of one of these formats, a [M, K] a with K a multiple of the "
+                                f"instruction's k (16, fp8: 32), unswizzled shared rows of a whole number of 4-byte "
+                                f"words, and the fragment layout of ir.fragment.mma_sync({M}, {N}, lanes); got "
+                                f"{a.type}, {b.type}", location=op.location,
+                                fix="lower the matmul with a tensor-core policy, a tile of whole 16 x 8 tiles for "
+                                    "its warps (e.g. tile (128, 128, 32), 256 lanes), no swizzle and a padding of "
+                                    "whole 4-byte words")
         _, _, WN, _ = own.layout.lane_shape
         RN, RM = own.layout.value_shape[2], own.layout.value_shape[3]
         self.emit("#pragma unroll")
@@ -880,27 +891,28 @@ class _Emitter:
         self.emit(f"const int {g} = (threadIdx.x / 4) % 8, {t} = threadIdx.x % 4;  // mma.sync: g = lane >> 2, t = lane & 3")
         self.emit(f"const int {r0} = (threadIdx.x / {32 * WN}) * {16 * RM} + {g}, "
                   f"{c0} = ((threadIdx.x / 32) % {WN}) * {8 * RN} + {g};  // this warp's A row and B column")
-        shape = "mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32" % (fmt, fmt)
+        ptx = f"mma.sync.aligned.{shape}.row.col.f32.{ab}.{ab}.f32"
         self.tc_models.setdefault(op.attributes["accum"], op.location)
-        half = "unsigned short"
+        raw, bits, half = "unsigned short" if per == 2 else "unsigned char", 32 // per, kstep // 2
         self.emit("#pragma unroll")
-        self.emit(f"for (int kk = 0; kk < {K}; kk += 16) {{  // NUM-TC-5: instructions over k ascending")
+        self.emit(f"for (int kk = 0; kk < {K}; kk += {kstep}) {{  // NUM-TC-5: instructions over k ascending")
         self.indent += 1
         self.emit(f"unsigned fa[{RM}][4], fb[{RN}][2];")
-        for rm in range(RM):
-            for i, (dr, dk) in enumerate(((0, 0), (8, 0), (0, 8), (8, 8))):
-                at = A.at([f"{r0} + {16 * rm + dr}", f"kk + 2 * {t} + {dk}"])
+        for rm in range(RM):  # a_i: row g (+8 for odd i), k = per·t (+ half for i ≥ 2)
+            for i, (dr, dk) in enumerate(((0, 0), (8, 0), (0, half), (8, half))):
+                at = A.at([f"{r0} + {16 * rm + dr}", f"kk + {per} * {t} + {dk}"])
                 self.emit(f"fa[{rm}][{i}] = *reinterpret_cast<const unsigned*>(&{at});")
-        for rn in range(RN):
-            for i, dk in enumerate((0, 8)):
-                lo = B.at([f"kk + 2 * {t} + {dk}", f"{c0} + {8 * rn}"])
-                hi = B.at([f"kk + 2 * {t} + {dk + 1}", f"{c0} + {8 * rn}"])
-                self.emit(f"fb[{rn}][{i}] = (unsigned)*reinterpret_cast<const {half}*>(&{lo}) | "
-                          f"((unsigned)*reinterpret_cast<const {half}*>(&{hi}) << 16);")
+        for rn in range(RN):  # b_i: column g, k = per·t + j (+ half for i = 1)
+            col = f"{c0} + {8 * rn}"
+            for i, dk in enumerate((0, half)):
+                loads = [f"(unsigned)*reinterpret_cast<const {raw}*>(&{B.at([f'kk + {per} * {t} + {dk + j}', col])})"
+                         for j in range(per)]
+                packed = [loads[0]] + [f"({x} << {bits * j})" for j, x in enumerate(loads) if j]
+                self.emit(f"fb[{rn}][{i}] = " + " | ".join(packed) + ";")
         for rm in range(RM):
             for rn in range(RN):
                 v = 4 * (rn + RN * rm)
-                self.emit(f"tsr_mma_m16n8k16_{fmt}(&{name}[{v}], fa[{rm}], fb[{rn}], &{name}[{v}]);  // {shape}")
+                self.emit(f"tsr_mma_{shape}_{ab}(&{name}[{v}], fa[{rm}], fb[{rn}], &{name}[{v}]);  // {ptx}")
         self.indent -= 1
         self.emit("}")
 

@@ -13,8 +13,9 @@
 //   tsr_cvt's NUM-CVT encoder), the 16-bit tsr_max/min and NUM-MATH entry points, tsr_canon,
 //   tsr_cp_async<4|8|16>, tsr_cp_async_commit, tsr_cp_async_wait<N> (eager or deferred copies),
 //   tsr_shfl_xor / __shfl_xor_sync, __ballot_sync, tsr_ldmatrix<N, TRANS> and
-//   mma.sync.m16n8k16 (warp collectives: all 32 lanes must arrive; the mma computes the
-//   tensor-core block-FMA model of tessera_ref/numerics/tc.py with the launch's parameters),
+//   mma.sync m16n8k16 (bf16, f16) and m16n8k32 (e4m3, e5m2) (warp collectives: all 32 lanes
+//   must arrive; the mma computes the tensor-core block-FMA model of tessera_ref/numerics/tc.py
+//   with the launch's parameters),
 //   atomicAdd / atomicMax / atomicCAS / atomicExch (fibers are never preempted: a plain
 //   read-modify-write is atomic).
 // Arithmetic is g++'s IEEE binary32/64 with -ffp-contract=off: an fma only where the source calls fmaf/fma.
@@ -240,40 +241,47 @@ inline float dot_model(float c, const double* a, const double* b, int K, int emi
 
 // -- the warp operations (their semantics, run when all 32 lanes have arrived) -----------------
 namespace tsr_cpu {
-enum MmaFormat { BF16 = 1, F16 = 2 };
+enum MmaFormat { BF16 = 1, F16 = 2, E4M3 = 3, E5M2 = 4 };
 
-inline double half_value(unsigned bits16, int fmt) {
-  return fmt == BF16 ? (double)tsr_u2f(bits16 << 16) : decode(bits16, 10, 15, 16, false);
+// the exact value of one operand element's bits (16 bits for BF16/F16, 8 for E4M3/E5M2)
+inline double mma_value(unsigned code, int fmt) {
+  switch (fmt) {
+    case BF16: return (double)tsr_u2f(code << 16);
+    case F16: return decode(code, 10, 15, 16, false);
+    case E4M3: return decode(code, 3, 7, 8, true);
+    default: return decode(code, 2, 15, 8, false);
+  }
 }
 
 inline void release_mma(Runtime& r, Fiber* w) {
-  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: the PTX fragment layouts, g = lane >> 2, t = lane & 3
-  double A[16][16], B[16][8];
-  float C[16][8];
+  // mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16} and m16n8k32.row.col.f32.{e4m3,e5m2}: the PTX
+  // fragment layouts with g = lane >> 2, t = lane & 3 and `per` elements a register (the lowest k
+  // in the lowest bits): a_i holds row g (+8 for odd i), k = per·t … (+K/2 for i ≥ 2); b_i column g,
+  // k = per·t … (+K/2 for i = 1); c_i row g (+8 for i ≥ 2), column 2t + (i & 1)
   int fmt = w[0].mma_fmt;
+  int K = fmt == E4M3 || fmt == E5M2 ? 32 : 16, per = K / 8, bits = 32 / per;
+  unsigned mask = (1u << bits) - 1;
+  double A[16][32], B[32][8];
+  float C[16][8];
   for (int l = 0; l < 32; ++l) {
     const Fiber& f = w[l];
     int g = l >> 2, t = l & 3;
-    for (int i = 0; i < 4; ++i) {
-      int row = g + (i & 1) * 8, col = 2 * t + (i >> 1) * 8;
-      A[row][col] = half_value(f.mma_a[i] & 0xffff, fmt);
-      A[row][col + 1] = half_value(f.mma_a[i] >> 16, fmt);
-    }
-    for (int i = 0; i < 2; ++i) {
-      B[2 * t + 8 * i][g] = half_value(f.mma_b[i] & 0xffff, fmt);
-      B[2 * t + 8 * i + 1][g] = half_value(f.mma_b[i] >> 16, fmt);
+    for (int j = 0; j < per; ++j) {
+      for (int i = 0; i < 4; ++i)
+        A[g + (i & 1) * 8][per * t + (i >> 1) * K / 2 + j] = mma_value((f.mma_a[i] >> (bits * j)) & mask, fmt);
+      for (int i = 0; i < 2; ++i) B[per * t + i * K / 2 + j][g] = mma_value((f.mma_b[i] >> (bits * j)) & mask, fmt);
     }
     for (int i = 0; i < 4; ++i) C[g + (i >> 1) * 8][2 * t + (i & 1)] = f.mma_c[i];
   }
-  int emin = fmt == BF16 ? -126 : -14;
+  int emin = fmt == BF16 ? -126 : fmt == E4M3 ? -6 : -14;
   for (int l = 0; l < 32; ++l) {
     Fiber& f = w[l];
     int g = l >> 2, t = l & 3;
     for (int i = 0; i < 4; ++i) {
       int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
-      double bcol[16];
-      for (int k = 0; k < 16; ++k) bcol[k] = B[k][col];
-      f.mma_c[i] = dot_model(C[row][col], A[row], bcol, 16, emin, r.opt.tc_products, r.opt.tc_align);
+      double bcol[32];
+      for (int k = 0; k < K; ++k) bcol[k] = B[k][col];
+      f.mma_c[i] = dot_model(C[row][col], A[row], bcol, K, emin, r.opt.tc_products, r.opt.tc_align);
     }
   }
 }
@@ -351,8 +359,8 @@ struct At {  // each operation records its line as the thread's current one (nam
     warp_op(BALLOT, line);
     return (unsigned)f.result;
   }
-  void mma_m16n8k16(int fmt, float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
-                    unsigned a3, unsigned b0, unsigned b1) const {
+  void mma(int fmt, float& d0, float& d1, float& d2, float& d3, unsigned a0, unsigned a1, unsigned a2,
+           unsigned a3, unsigned b0, unsigned b1) const {
     Fiber& f = self();
     if (!rt().opt.tc_products) {
       finding(UNSUPPORTED, line, 0, "mma.sync at line %d: this launch names no tensor-core model (the harness "
@@ -385,15 +393,14 @@ struct At {  // each operation records its line as the thread's current one (nam
 #define tsr_shfl_xor(x, offset) (tsr_cpu::At{__LINE__}.shfl_xor((x), (offset)))
 #define __shfl_xor_sync(mask, x, offset) (tsr_cpu::At{__LINE__}.shfl_xor((x), (offset)))
 #define __ballot_sync(mask, predicate) (tsr_cpu::At{__LINE__}.ballot(predicate))
-// the device header's m16n8k16 mma entry points (the renderer calls them); d may be c
-#define TSR_CPU_MMA(fmt, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1) \
-  (tsr_cpu::At{__LINE__}.mma_m16n8k16(fmt, d0, d1, d2, d3, a0, a1, a2, a3, b0, b1))
-#define tsr_mma_m16n8k16_bf16(d, a, b, c) \
-  ((d)[0] = (c)[0], (d)[1] = (c)[1], (d)[2] = (c)[2], (d)[3] = (c)[3], \
-   TSR_CPU_MMA(tsr_cpu::BF16, (d)[0], (d)[1], (d)[2], (d)[3], (a)[0], (a)[1], (a)[2], (a)[3], (b)[0], (b)[1]))
-#define tsr_mma_m16n8k16_f16(d, a, b, c) \
-  ((d)[0] = (c)[0], (d)[1] = (c)[1], (d)[2] = (c)[2], (d)[3] = (c)[3], \
-   TSR_CPU_MMA(tsr_cpu::F16, (d)[0], (d)[1], (d)[2], (d)[3], (a)[0], (a)[1], (a)[2], (a)[3], (b)[0], (b)[1]))
+// the device header's mma.sync entry points (the renderer calls them); d may be c
+#define TSR_CPU_MMA(fmt, d, a, b, c)                                                                         \
+  ((d)[0] = (c)[0], (d)[1] = (c)[1], (d)[2] = (c)[2], (d)[3] = (c)[3],                                     \
+   tsr_cpu::At{__LINE__}.mma(fmt, (d)[0], (d)[1], (d)[2], (d)[3], (a)[0], (a)[1], (a)[2], (a)[3], (b)[0], (b)[1]))
+#define tsr_mma_m16n8k16_bf16(d, a, b, c) TSR_CPU_MMA(tsr_cpu::BF16, d, a, b, c)
+#define tsr_mma_m16n8k16_f16(d, a, b, c) TSR_CPU_MMA(tsr_cpu::F16, d, a, b, c)
+#define tsr_mma_m16n8k32_e4m3(d, a, b, c) TSR_CPU_MMA(tsr_cpu::E4M3, d, a, b, c)
+#define tsr_mma_m16n8k32_e5m2(d, a, b, c) TSR_CPU_MMA(tsr_cpu::E5M2, d, a, b, c)
 
 template <class T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 template <class T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
