@@ -10,7 +10,7 @@ One tile owns ``Br`` query rows of one batch entry (grid ``(Sq/Br, batch)``) and
 keys in blocks of ``Bc = block_k`` — the op's own block size, because the blocked online
 softmax *is* the op's definition (GRAPH-FLASHATTENTION-1): when ``block_k`` does not divide
 ``Sk`` the last block holds the ``Sk mod block_k`` remaining keys, as the op's, and runs once
-after the loop over the full blocks with copies, ``mma``\ s and reductions of its length. The
+after the loop over the full blocks with copies, ``mma`` ops and reductions of its length. The
 fragments are register micro-tiles (:func:`~tessera_ref.ir.fragment.blocked`) in column chunks
 of at most :data:`_VALUES` values a lane, so a compiled kernel keeps them in registers.
 Per tile (LOWER-FA-1):
