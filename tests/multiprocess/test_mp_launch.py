@@ -2,12 +2,14 @@
 with an error naming the rank, within a bounded time, never a hang."""
 from __future__ import annotations
 
+import io
 import sys
 import time
 
 import pytest
 
 from _ranks import HERE, PROGRAMS, launch, mpiexec, one_process, run
+from tessera_ref.cli.launch import _forward
 
 FAILURES = HERE / "failures.py"
 
@@ -34,6 +36,20 @@ def test_a_killed_rank_stops_every_rank_and_is_named():
     assert time.monotonic() - start < 30
     assert done.returncode == 1
     assert "rank 1 died (killed, signal 9); the runtime stopped the others" in done.stderr
+    assert "BAD TERMINATION" not in done.stdout + done.stderr and "FAQ" not in done.stdout + done.stderr
+
+
+def test_the_runtimes_banner_is_left_out_and_nothing_else():
+    rule = "=" * 83 + "\n"
+    banner = ("\n" + rule + "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 7745 RUNNING AT vm\n"
+              "=   EXIT CODE: 9\n" + rule + "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+              "This typically refers to a problem with your application.\n"
+              "Please see the FAQ page for debugging suggestions\n")
+    mine = "step 1\n\n" + rule + "=   a table of my own\n" + rule + "\nThis typically refers to a problem with it\n"
+    stream = io.BytesIO(("loss 0.5\n" + banner + mine + "[mpiexec@vm] Exit codes: [vm] 0,9\n\n").encode())
+    out, codes = io.TextIOWrapper(io.BytesIO()), []
+    _forward(stream, out, codes)
+    assert out.buffer.getvalue().decode() == "loss 0.5\n" + mine + "\n" and codes == [0, 9]
 
 
 def test_a_raising_rank_stops_every_rank_with_its_error():
