@@ -82,6 +82,18 @@ def test_mismatched_world_sizes_are_an_error():
     assert "mismatched world sizes" in done.stdout + done.stderr
 
 
+def test_a_torchrun_start_without_mpi_stops_at_the_mesh_with_the_fix():
+    """Started as torchrun starts it (its variables, no MPI runtime): the first mesh says why the
+    collectives could reach no other rank and how to start the program instead (MESH-MP-7)."""
+    start = time.monotonic()
+    done = run([sys.executable, str(FAILURES), "none"], timeout=60, RANK=1, WORLD_SIZE=2, LOCAL_RANK=1,
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=29511)
+    assert time.monotonic() - start < 30
+    assert done.returncode == 1 and "gathered" not in done.stdout
+    assert "MeshError: this process is rank 1 of 2 by torchrun-style variables" in done.stderr
+    assert "failures.py:11" in done.stderr and "tessera-ref launch -n 2 SCRIPT" in done.stderr
+
+
 def test_launch_refuses_what_it_cannot_start(tmp_path):
     done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", "0", str(FAILURES)])
     assert done.returncode == 2 and "the number of processes is at least 1" in done.stderr
