@@ -202,9 +202,9 @@ class ExactAccumulator:
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         shape = self._shape[:axis] + (indices.size,) + self._shape[axis + 1:]
         out = ExactAccumulator(shape, self._domain)
-        size = math.prod(shape)
-        out._digits = np.ascontiguousarray(
-            np.take(self._digits.reshape((len(self._digits),) + self._shape), indices, axis=axis + 1).reshape(len(self._digits), size))
+        rows = len(self._digits)
+        out._digits = np.ascontiguousarray(np.take(self._digits.reshape((rows,) + self._shape), indices,
+                                                   axis=axis + 1).reshape(rows, math.prod(shape)))
         for name in ("_nan", "_pos_inf", "_neg_inf"):
             setattr(out, name, np.take(getattr(self, name).reshape(self._shape), indices, axis=axis).reshape(-1))
         out._low, out._top = self._low, self._top

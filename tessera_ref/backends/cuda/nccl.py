@@ -73,7 +73,8 @@ class NCCLTransport(Transport):
             if time.monotonic() > deadline:
                 self.comm.abort()
                 raise BackendError(f"rank {self.rank}: no answer from rank(s) {sorted({*incoming, *outgoing})} in "
-                                   f"{self.timeout:g} s over NCCL — they died or took another path through the program",
+                                   f"{self.timeout:g} s over NCCL — they died or took another path through the "
+                                   f"program",
                                    fix="check the output of those ranks (TESSERA_COMM_TIMEOUT sets the wait)")
             time.sleep(0.0002)
         # the stream is done: a synchronous copy reads what the receives wrote (CuPy's asnumpy with
