@@ -1,7 +1,7 @@
 """Programs of several processes: the demo's 72-device training step on 1, 2 and 4 processes,
 and the canonical reductions against MPI's own on the same data.
 
-    python benchmarks/multiprocess_bench.py [--repeat 3] [--elements 4194304]
+    python benchmarks/multiprocess_bench.py [--repeat 3] [--elements 4194304] [--exact-elements 262144]
 
 Rows:
 
@@ -18,6 +18,12 @@ Rows:
   how many elements' bits differ, and the bytes each rank sent against the ring's lower bound
   (``2(P-1)/P`` of the value for the all-reduce, ``(P-1)/P`` for the reduce-scatter, which
   folds only each owner's block: no all-gather).
+- ``exact_all_reduce P`` / ``exact_reduce_scatter P``: the same with ``--exact-elements`` exact
+  partial sums per process (``reduction="exact"``, NUM-RED-4; their digits move, MESH-MP-4),
+  timed against MPI's f32 ``Allreduce`` / ``Reduce_scatter_block`` of the same values (which
+  round, so "bits differ" counts where MPI's rounded sum is not the exact sum rounded once);
+  the ring bound is that of the digits in use (``8·w`` bytes a sum), and the f32 ring bound is
+  printed beside it.
 
 The machine this runs on may have fewer cores than processes (oversubscribed runs measure
 the protocol, not a cluster). The script runs with one thread, then the default threads.
@@ -90,22 +96,41 @@ def worker_step(args) -> None:
         print(f"step {p} {t:.4f} {worst:.0f} {ring:.0f}", flush=True)
 
 
+def _pending(mesh, mine, p: int, exact: bool):
+    """A pending sum over ``r`` whose contribution on each rank is ``mine``; under exact mode
+    held as exact partial sums (an ExactAccumulator, as a K-split matmul leaves them)."""
+    from tessera_ref import dist
+    from tessera_ref.dist.tensor import DistTensor
+    from tessera_ref.ir import TensorType
+    from tessera_ref.numerics import ExactAccumulator, Policy
+    policy = Policy("f32", reduction="exact") if exact else "f32"
+    x = dist.from_shards([mine] * p, dist.ShardSpec(None, ("r",), reduce="sum"), mesh, dtype=policy)  # each its own
+    if not exact:
+        return x, 4 * mine.size
+    acc = ExactAccumulator(x.local.shape).add(x.local)
+    words = acc.to_words()
+    return DistTensor(TensorType(x.shape, x.policy, x.layout), mesh, acc), 8 * int(words[1] + 1 - words[0]) * mine.size
+
+
 def worker_reduce(args) -> None:
     from mpi4py import MPI
     from tessera_ref import dist
     comm = MPI.COMM_WORLD
-    p, rank, n = comm.Get_size(), comm.Get_rank(), args.elements
+    p, rank = comm.Get_size(), comm.Get_rank()
     mesh = dist.Mesh(("r",), range(p))
-    mine = np.random.default_rng(rank).standard_normal(n).astype(np.float32) * np.float32(2.0 ** (4 * rank))
-    x = dist.from_shards([mine] * p, dist.ShardSpec(None, ("r",), reduce="sum"), mesh)  # each rank keeps its own
-    ours_ar = lambda: dist.all_reduce(x, axis="r").local  # noqa: E731
-    ours_rs = lambda: dist.collective.reduce_scatter(x, axis="r", dim=0).local  # noqa: E731
-    total = np.empty(n, np.float32)
-    block = np.empty(n // p, np.float32)
-    mpi_ar = lambda: comm.Allreduce(mine, total, op=MPI.SUM)  # noqa: E731
-    mpi_rs = lambda: comm.Reduce_scatter_block(mine, block, op=MPI.SUM)  # noqa: E731
-    for name, ours, theirs, out, size, ring in (("all_reduce", ours_ar, mpi_ar, total, n, 2 * (p - 1) * n // p),
-                                                ("reduce_scatter", ours_rs, mpi_rs, block, n // p, (p - 1) * n // p)):
+    rows = []
+    for exact, n in ((False, args.elements), (True, args.exact_elements)):
+        mine = np.random.default_rng(rank).standard_normal(n).astype(np.float32) * np.float32(2.0 ** (4 * rank))
+        x, nbytes = _pending(mesh, mine, p, exact)
+        total, block = np.empty(n, np.float32), np.empty(n // p, np.float32)
+        tag = "exact_" if exact else ""
+        rows += [(f"{tag}all_reduce", lambda x=x: dist.all_reduce(x, axis="r").local,
+                  lambda m=mine, t=total: comm.Allreduce(m, t, op=MPI.SUM), total, n, 2 * (p - 1) * nbytes // p,
+                  2 * (p - 1) * 4 * n // p),
+                 (f"{tag}reduce_scatter", lambda x=x: dist.collective.reduce_scatter(x, axis="r", dim=0).local,
+                  lambda m=mine, b=block: comm.Reduce_scatter_block(m, b, op=MPI.SUM), block, n // p,
+                  (p - 1) * nbytes // p, (p - 1) * 4 * n // p)]
+    for name, ours, theirs, out, size, ring, ring_f32 in rows:
         before = _transport_bytes()
         ours()
         sent = comm.allreduce(_transport_bytes() - before, op=MPI.MAX)
@@ -117,7 +142,7 @@ def worker_reduce(args) -> None:
         theirs()
         differ = comm.allreduce(int(np.count_nonzero(mine_out.view(np.uint32) != out.view(np.uint32))))
         if rank == 0:
-            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size} {sent} {4 * ring}", flush=True)
+            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size} {sent} {ring} {ring_f32}", flush=True)
 
 
 def _launch(n: int, *worker) -> list:
@@ -132,6 +157,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--elements", type=int, default=1 << 22)
+    ap.add_argument("--exact-elements", type=int, default=1 << 18)
     ap.add_argument("--worker", choices=("step", "reduce"), default=None)
     args = ap.parse_args()
     if args.worker:
@@ -146,16 +172,18 @@ def main() -> None:
         bound = f"{sent / ring:5.2f} x the ring bound {ring / 1e6:8.2f} MB" if ring else "(no inter-process traffic)"
         print(f"  step on {p} process(es): {t:8.3f} s  ratio to 1 process {base / t:5.2f}   "
               f"sent per rank {sent / 1e6:8.2f} MB {bound}", flush=True)
-    print(f"[{thread_setting()}] reductions of {args.elements:,} f32 per process: ours (ascending fold) vs MPI's own")
+    print(f"[{thread_setting()}] reductions of {args.elements:,} f32 (exact: {args.exact_elements:,} sums) per "
+          f"process: ours (ascending fold; exact sums) vs MPI's own")
     for p in (2, 4):
-        out = _launch(p, "--worker", "reduce", "--repeat", str(args.repeat), "--elements", str(args.elements))
-        for name, _, ours, theirs, differ, size, sent, ring in zip(*[iter(out)] * 8):
-            mb = 4 * args.elements / 1e6
-            print(f"  {name:14} P={p}: ours {float(ours) * 1e3:8.2f} ms ({mb / float(ours):7.1f} MB/s)  "
+        out = _launch(p, "--worker", "reduce", "--repeat", str(args.repeat), "--elements", str(args.elements),
+                      "--exact-elements", str(args.exact_elements))
+        for name, _, ours, theirs, differ, size, sent, ring, ring_f32 in zip(*[iter(out)] * 9):
+            mb = 4 * int(size) * (1 if name.endswith("all_reduce") else p) / 1e6
+            print(f"  {name:20} P={p}: ours {float(ours) * 1e3:8.2f} ms ({mb / float(ours):7.1f} MB/s)  "
                   f"MPI {float(theirs) * 1e3:8.2f} ms ({mb / float(theirs):7.1f} MB/s)  ratio "
                   f"{float(theirs) / float(ours):6.3f}  bits differ in {differ} of {int(size) * p} elements  "
-                  f"sent per rank {int(sent) / 1e6:.2f} MB = {int(sent) / int(ring):.2f} x the ring bound",
-                  flush=True)
+                  f"sent per rank {int(sent) / 1e6:.3f} MB = {int(sent) / int(ring):.3f} x the ring bound "
+                  f"({int(sent) / int(ring_f32):.2f} x f32's)", flush=True)
 
 
 if __name__ == "__main__":
