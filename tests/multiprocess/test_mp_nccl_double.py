@@ -16,6 +16,7 @@ import pytest
 from fake_nccl import FakeCupy, FakeNccl, UsageError
 from tessera_ref import op
 from tessera_ref.backends.cuda.nccl import NCCLTransport
+from tessera_ref.backends import p2p
 from tessera_ref.backends.p2p import P2PCommunicator
 from tessera_ref.cli.launch import _free_port
 from tessera_ref.dist.world import World, placement
@@ -93,6 +94,16 @@ def test_reductions_over_the_nccl_transport_are_the_one_process_bits(size, op_na
         np.testing.assert_array_equal(np.ascontiguousarray(rs).view(np.uint8),
                                       np.ascontiguousarray(want_rs[_index(r, size)]).view(np.uint8))
         assert sent == queued[r][2] > 0
+
+
+def test_small_rounds_over_the_nccl_transport_give_the_same_bits(monkeypatch):
+    """Rounds of a few elements (``ROUND_BYTES``): many NCCL groups, one stream each, in order."""
+    monkeypatch.setattr(p2p, "ROUND_BYTES", 40)
+    policy = as_policy("f32")
+    want = P2PCommunicator(MESH).reduce(WHOLE, ("dp", "tp"), "sum", policy)
+    results, _ = on_nccl(4, lambda comm, r: comm.reduce(_box(WHOLE, comm), ("dp", "tp"), "sum", policy))
+    for got in results:
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_exact_partial_sums_and_movement_over_the_nccl_transport_are_the_one_process_bits():
