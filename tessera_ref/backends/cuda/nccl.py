@@ -31,19 +31,19 @@ __all__ = ["NCCLTransport"]
 
 
 class NCCLTransport(Transport):
-    """Messages over one NCCL communicator of the world's ranks. ``place`` (a
+    """Messages over one NCCL communicator of the world's ranks. ``w`` (a
     :class:`~tessera_ref.dist.world.World`), ``cupy`` and ``nccl`` (the modules) default to this
     process's world and CuPy's; the tests pass stand-ins to run the transport's own logic."""
 
     name = "nccl"
 
-    def __init__(self, place=None, cupy=None, nccl=None):
+    def __init__(self, w=None, cupy=None, nccl=None):
         super().__init__()
         cp = self._cp = _cupy() if cupy is None else cupy
         if nccl is None:
             from cupy.cuda import nccl
         self._nccl = nccl
-        w = world() if place is None else place
+        w = world() if w is None else w
         self.rank, self.size = w.rank, w.size
         local = int(os.environ.get("LOCAL_RANK", w.rank))
         count = cp.cuda.runtime.getDeviceCount()
