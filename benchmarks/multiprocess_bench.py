@@ -22,7 +22,8 @@ Rows:
   partial sums per process (``reduction="exact"``, NUM-RED-4; their digits move, MESH-MP-4),
   timed against MPI's f32 ``Allreduce`` / ``Reduce_scatter_block`` of the same values (which
   round, so "bits differ" counts where MPI's rounded sum is not the exact sum rounded once);
-  the ring bound is that of the digits in use (``8·w`` bytes a sum), and the f32 ring bound is
+  the ring bound is that of the digits in use (``4·(w+1)`` bytes a sum: 4 a digit, 8 for the
+  signed top one), and the f32 ring bound is
   printed beside it.
 
 The machine this runs on may have fewer cores than processes (oversubscribed runs measure
@@ -122,7 +123,7 @@ def _pending(mesh, mine, p: int, exact: bool):
         return x, 4 * mine.size
     acc = ExactAccumulator(x.local.shape).add(x.local)
     words = acc.to_words()
-    return DistTensor(TensorType(x.shape, x.policy, x.layout), mesh, acc), 8 * int(words[1] + 1 - words[0]) * mine.size
+    return DistTensor(TensorType(x.shape, x.policy, x.layout), mesh, acc), 4 * int(words[1] + 2 - words[0]) * mine.size
 
 
 def worker_reduce(args) -> None:

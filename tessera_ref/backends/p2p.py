@@ -20,8 +20,9 @@ all-gather, ``(p−1)/p`` of the contributions sent. Every element is folded fro
 contributions in the same order as the all-reduce's, so the bits agree. Work is done in rounds
 of at most :data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded.
 Exact partial sums (an :class:`~tessera_ref.numerics.ExactAccumulator`) take the same routes
-with their digits as the payload (:meth:`~tessera_ref.numerics.ExactAccumulator.to_words`, the
-digits in use plus a 3-word header, sent after an 8-byte length): each process sums its box's
+with their digits as the payload (:meth:`~tessera_ref.numerics.ExactAccumulator.to_words`: the
+digits in use, 4 bytes each and 8 for the signed top one, behind a 12-byte header, sent after
+an 8-byte length): each process sums its box's
 contributions exactly, sends each chunk (a reduce-scatter: its devices' rows) to the owner,
 which merges them — exactly, so no order changes the result — and an all-reduce then gathers
 the merged chunks; a reduce-scatter rounds its rows once and keeps them. They are not cut into
@@ -224,7 +225,7 @@ class P2PCommunicator(Communicator):
         mine = self._merge_at_owners([flat.take(np.arange(bounds[k], bounds[k + 1]), 0) for k in range(len(group))],
                                      group)
         got = self.transport.exchange_sized({r: mine.to_words() for r in group if r != me},
-                                            [r for r in group if r != me], np.int64)
+                                            [r for r in group if r != me], np.uint32)
         parts = [mine if r == me else ExactAccumulator.from_words(got[r], (bounds[k + 1] - bounds[k],), acc.domain)
                  for k, r in enumerate(group)]
         return ExactAccumulator.concatenate(parts, 0).reshape(shape)
@@ -236,7 +237,7 @@ class P2PCommunicator(Communicator):
         others = [r for r in group if r != me]
         mine = chunks[group.index(me)]
         got = self.transport.exchange_sized({r: chunks[k].to_words() for k, r in enumerate(group) if r != me},
-                                            others, np.int64)
+                                            others, np.uint32)
         for r in others:
             mine.merge(ExactAccumulator.from_words(got[r], mine.shape, mine.domain))
         return mine

@@ -231,17 +231,19 @@ class ExactAccumulator:
         return out
 
     def to_words(self) -> np.ndarray:
-        """The sums as one int64 array to move between processes: ``[low, top, special]``, the
-        digits ``low … top`` in use, then — when some sum is NaN or infinite — one flag word per
-        element. :meth:`from_words` reads it back; merging is all a receiver does with it."""
-        low = -1 if self._low is None else self._low
+        """The sums as one uint32 array to move between processes: ``[low, top, special]``; the
+        digits ``low … top−1`` in use (each below 2^32); the signed top digit ``top`` as two
+        words (int64); then — when some sum is NaN or infinite — one flag word per element.
+        ``4·(top − low + 2)`` bytes a sum. :meth:`from_words` reads it back."""
         special = bool(self._nan.any() or self._pos_inf.any() or self._neg_inf.any())
-        parts = [np.array([low, self._top, int(special)], dtype=np.int64)]
+        low = 0xFFFFFFFF if self._low is None else self._low
+        parts = [np.array([low, self._top, int(special)], dtype=np.uint32)]
         if self._low is not None:
-            parts.append(self._digits[self._low:self._top + 1].reshape(-1))
+            parts += [self._digits[self._low:self._top].astype(np.uint32).reshape(-1),
+                      np.ascontiguousarray(self._digits[self._top]).view(np.uint32)]
         if special:
-            parts.append(self._nan.astype(np.int64) | self._pos_inf.astype(np.int64) << 1
-                         | self._neg_inf.astype(np.int64) << 2)
+            parts.append((self._nan.astype(np.uint32) | self._pos_inf.astype(np.uint32) << 1
+                          | self._neg_inf.astype(np.uint32) << 2))
         return np.concatenate(parts)
 
     @classmethod
@@ -251,10 +253,12 @@ class ExactAccumulator:
         low, top, special = (int(w) for w in words[:3])
         size = out._digits.shape[1]
         at = 3
-        if low >= 0:
-            out._digits[low:top + 1] = words[at:at + (top + 1 - low) * size].reshape(top + 1 - low, size)
+        if low != 0xFFFFFFFF:
+            below = (top - low) * size
+            out._digits[low:top] = words[at:at + below].reshape(top - low, size)
+            out._digits[top] = words[at + below:at + below + 2 * size].view(np.int64)
             out._low, out._top = low, top
-            at += (top + 1 - low) * size
+            at += below + 2 * size
         if special:
             flags = words[at:at + size]
             out._nan, out._pos_inf, out._neg_inf = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0

@@ -80,8 +80,9 @@ def test_exact_reduce_scatter_on_every_rank_is_its_box_of_the_one_process_result
 
 @pytest.mark.parametrize("size", [2, 4])
 def test_exact_sums_move_a_rings_bytes_of_their_digits(size):
-    """One device per process, 1200 sums each: a reduce-scatter sends (p−1)/p of its digits
-    (and a 32-byte header a message: length, low, top, special); an all-reduce twice that."""
+    """One device per process, 1200 sums each, ``w`` digits in use: a reduce-scatter sends
+    (p−1)/p of its digits — 4 bytes each, 8 for the signed top one — and a 20-byte header a
+    message (the length, low, top, special); an all-reduce twice that, or a digit more a sum."""
     mesh = dist.Mesh(("r",), range(size))
     rng = np.random.default_rng(3)
     values = (rng.standard_normal((size, 1200)) * np.exp2(rng.integers(-8, 8, (size, 1200)))).astype(np.float32)
@@ -103,9 +104,9 @@ def test_exact_sums_move_a_rings_bytes_of_their_digits(size):
 
     on_threads(size, mesh, work("scatter"))
     for r in range(size):
-        ring = (size - 1) * digits[r] * 1200 * 8 // size
-        assert sent["scatter", r] == ring + (size - 1) * 32
+        ring = (size - 1) * 4 * (digits[r] + 1) * 1200 // size
+        assert sent["scatter", r] == ring + (size - 1) * 20
     on_threads(size, mesh, work("all"))
     for r in range(size):
-        assert sent["all", r] >= 2 * (size - 1) * digits[r] * 1200 * 8 // size
-        assert sent["all", r] <= 2 * (size - 1) * (digits[r] + 1) * 1200 * 8 // size + 2 * (size - 1) * 32
+        assert sent["all", r] >= 2 * ring + 2 * (size - 1) * 20
+        assert sent["all", r] <= 2 * (size - 1) * 4 * (digits[r] + 2) * 1200 // size + 2 * (size - 1) * 20
