@@ -42,19 +42,20 @@ all-gathering: each rank sent 8.39 MB on 2 processes and 12.58 MB on 4, 1.00 x t
 bound (half of the all-reduce's 16.78 / 25.17 MB, which it used to send), in 23-24 ms on 2
 (MPI's Reduce_scatter_block 3.7-12 ms) and 47-51 ms on 4 (MPI 13-17 ms): ratio 0.16-0.50;
 the all-reduce took 53-60 ms and 91-231 ms.
-Measured 2026-11-24 (same VM, load about 4.5-4.9, --repeat 2) after exact sums moved as their
-digits in use to the owners: 262,144 exact sums per process (4 digits in use, 32 bytes a sum)
-sent 4.19 MB per rank for a reduce-scatter on 2 processes and 6.29 MB on 4, 8.39 / 12.58 MB for
-an all-reduce — 1.000 x the ring bound of the digits, 8.00 x f32's. A reduce-scatter took
-120-126 ms on 2 and 121-176 ms on 4, an all-reduce 267-296 and 339-461 ms (one thread / default
-threads), against 0.2-17 ms for MPI's f32 reductions of the same values (ratio 0.002-0.075:
-the digits are moved, merged and rounded by NumPy). Before, every process sent its whole exact
-partial sums — all 68 digits of the f64 domain, pickled — to every other: for the 48 x 40 sums
-of tests/multiprocess/programs.py exact_bytes, 1,050,664 bytes per rank on 2 processes and
-3,151,992 on 4 for either collective; now 38,432 / 57,696 for a reduce-scatter and 76,864 /
-115,392 for an all-reduce (5 digits in use). The f32 rows were as before: 1.000 x the ring
-bound, 34-86 ms on 2 processes and 53-184 ms on 4, ratio to MPI 0.22-0.41; the step took 3.03,
-2.08, 1.33 s on 1, 2, 4 processes with one thread and 2.18, 2.37, 2.12 s with default threads.
+Measured 2026-11-24 (same VM, load about 5.3-5.6, --repeat 2) after exact sums moved as their
+digits in use to the owners (4 bytes a digit, 8 for the signed top one): 262,144 exact sums per
+process (4 digits in use, 20 bytes a sum) sent 2.62 MB per rank for a reduce-scatter on 2
+processes and 3.93 MB on 4, 5.24 / 7.86 MB for an all-reduce — 1.000 x the ring bound of the
+digits, 5.00 x f32's. One thread (default threads): a reduce-scatter took 96 (124) ms on 2 and
+155 (171) ms on 4, an all-reduce 203 (299) and 393 (381) ms, against 0.2-19 ms for MPI's f32
+reductions of the same values (ratio 0.001-0.068: the digits are cut, merged, packed and
+rounded by NumPy). Before, every process sent its whole exact partial sums — all 68 digits of
+the f64 domain, pickled — to every other: for the 48 x 40 sums of
+tests/multiprocess/programs.py exact_bytes, 1,050,664 bytes per rank on 2 processes and
+3,151,992 on 4 for either collective; now 23,060 / 34,620 for a reduce-scatter and 46,120 /
+69,240 for an all-reduce (5 digits in use; the f32 ring bound is 3,840 / 5,760). The f32 rows:
+1.000 x the ring bound, 24-62 ms on 2 processes and 57-179 ms on 4 (ratio to MPI 0.18-0.41);
+the step took 2.00 (3.28), 2.05 (1.88), 1.38 (2.13) s on 1, 2, 4 processes.
 """
 from __future__ import annotations
 
