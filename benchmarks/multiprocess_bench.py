@@ -1,7 +1,7 @@
 """Programs of several processes: the demo's 72-device training step on 1, 2 and 4 processes,
 and the canonical reductions against MPI's own on the same data.
 
-    python benchmarks/multiprocess_bench.py [--repeat 3] [--elements 4194304]
+    python benchmarks/multiprocess_bench.py [--repeat 3] [--elements 4194304] [--exact-elements 262144]
 
 Rows:
 
@@ -18,6 +18,13 @@ Rows:
   how many elements' bits differ, and the bytes each rank sent against the ring's lower bound
   (``2(P-1)/P`` of the value for the all-reduce, ``(P-1)/P`` for the reduce-scatter, which
   folds only each owner's block: no all-gather).
+- ``exact_all_reduce P`` / ``exact_reduce_scatter P``: the same with ``--exact-elements`` exact
+  partial sums per process (``reduction="exact"``, NUM-RED-4; their digits move, MESH-MP-4),
+  timed against MPI's f32 ``Allreduce`` / ``Reduce_scatter_block`` of the same values (which
+  round, so "bits differ" counts where MPI's rounded sum is not the exact sum rounded once);
+  the ring bound is that of the digits in use (``4·(w+1)`` bytes a sum: 4 a digit, 8 for the
+  signed top one), and the f32 ring bound is
+  printed beside it.
 
 The machine this runs on may have fewer cores than processes (oversubscribed runs measure
 the protocol, not a cluster). The script runs with one thread, then the default threads.
@@ -35,6 +42,20 @@ all-gathering: each rank sent 8.39 MB on 2 processes and 12.58 MB on 4, 1.00 x t
 bound (half of the all-reduce's 16.78 / 25.17 MB, which it used to send), in 23-24 ms on 2
 (MPI's Reduce_scatter_block 3.7-12 ms) and 47-51 ms on 4 (MPI 13-17 ms): ratio 0.16-0.50;
 the all-reduce took 53-60 ms and 91-231 ms.
+Measured 2026-11-24 (same VM, load about 5.3-5.6, --repeat 2) after exact sums moved as their
+digits in use to the owners (4 bytes a digit, 8 for the signed top one): 262,144 exact sums per
+process (4 digits in use, 20 bytes a sum) sent 2.62 MB per rank for a reduce-scatter on 2
+processes and 3.93 MB on 4, 5.24 / 7.86 MB for an all-reduce — 1.000 x the ring bound of the
+digits, 5.00 x f32's. One thread (default threads): a reduce-scatter took 96 (124) ms on 2 and
+155 (171) ms on 4, an all-reduce 203 (299) and 393 (381) ms, against 0.2-19 ms for MPI's f32
+reductions of the same values (ratio 0.001-0.068: the digits are cut, merged, packed and
+rounded by NumPy). Before, every process sent its whole exact partial sums — all 68 digits of
+the f64 domain, pickled — to every other: for the 48 x 40 sums of
+tests/multiprocess/programs.py exact_bytes, 1,050,664 bytes per rank on 2 processes and
+3,151,992 on 4 for either collective; now 23,060 / 34,620 for a reduce-scatter and 46,120 /
+69,240 for an all-reduce (5 digits in use; the f32 ring bound is 3,840 / 5,760). The f32 rows:
+1.000 x the ring bound, 24-62 ms on 2 processes and 57-179 ms on 4 (ratio to MPI 0.18-0.41);
+the step took 2.00 (3.28), 2.05 (1.88), 1.38 (2.13) s on 1, 2, 4 processes.
 """
 from __future__ import annotations
 
@@ -90,22 +111,41 @@ def worker_step(args) -> None:
         print(f"step {p} {t:.4f} {worst:.0f} {ring:.0f}", flush=True)
 
 
+def _pending(mesh, mine, p: int, exact: bool):
+    """A pending sum over ``r`` whose contribution on each rank is ``mine``; under exact mode
+    held as exact partial sums (an ExactAccumulator, as a K-split matmul leaves them)."""
+    from tessera_ref import dist
+    from tessera_ref.dist.tensor import DistTensor
+    from tessera_ref.ir import TensorType
+    from tessera_ref.numerics import ExactAccumulator, Policy
+    policy = Policy("f32", reduction="exact") if exact else "f32"
+    x = dist.from_shards([mine] * p, dist.ShardSpec(None, ("r",), reduce="sum"), mesh, dtype=policy)  # each its own
+    if not exact:
+        return x, 4 * mine.size
+    acc = ExactAccumulator(x.local.shape).add(x.local)
+    words = acc.to_words()
+    return DistTensor(TensorType(x.shape, x.policy, x.layout), mesh, acc), 4 * int(words[1] + 2 - words[0]) * mine.size
+
+
 def worker_reduce(args) -> None:
     from mpi4py import MPI
     from tessera_ref import dist
     comm = MPI.COMM_WORLD
-    p, rank, n = comm.Get_size(), comm.Get_rank(), args.elements
+    p, rank = comm.Get_size(), comm.Get_rank()
     mesh = dist.Mesh(("r",), range(p))
-    mine = np.random.default_rng(rank).standard_normal(n).astype(np.float32) * np.float32(2.0 ** (4 * rank))
-    x = dist.from_shards([mine] * p, dist.ShardSpec(None, ("r",), reduce="sum"), mesh)  # each rank keeps its own
-    ours_ar = lambda: dist.all_reduce(x, axis="r").local  # noqa: E731
-    ours_rs = lambda: dist.collective.reduce_scatter(x, axis="r", dim=0).local  # noqa: E731
-    total = np.empty(n, np.float32)
-    block = np.empty(n // p, np.float32)
-    mpi_ar = lambda: comm.Allreduce(mine, total, op=MPI.SUM)  # noqa: E731
-    mpi_rs = lambda: comm.Reduce_scatter_block(mine, block, op=MPI.SUM)  # noqa: E731
-    for name, ours, theirs, out, size, ring in (("all_reduce", ours_ar, mpi_ar, total, n, 2 * (p - 1) * n // p),
-                                                ("reduce_scatter", ours_rs, mpi_rs, block, n // p, (p - 1) * n // p)):
+    rows = []
+    for exact, n in ((False, args.elements), (True, args.exact_elements)):
+        mine = np.random.default_rng(rank).standard_normal(n).astype(np.float32) * np.float32(2.0 ** (4 * rank))
+        x, nbytes = _pending(mesh, mine, p, exact)
+        total, block = np.empty(n, np.float32), np.empty(n // p, np.float32)
+        tag = "exact_" if exact else ""
+        rows += [(f"{tag}all_reduce", lambda x=x: dist.all_reduce(x, axis="r").local,
+                  lambda m=mine, t=total: comm.Allreduce(m, t, op=MPI.SUM), total, n, 2 * (p - 1) * nbytes // p,
+                  2 * (p - 1) * 4 * n // p),
+                 (f"{tag}reduce_scatter", lambda x=x: dist.collective.reduce_scatter(x, axis="r", dim=0).local,
+                  lambda m=mine, b=block: comm.Reduce_scatter_block(m, b, op=MPI.SUM), block, n // p,
+                  (p - 1) * nbytes // p, (p - 1) * 4 * n // p)]
+    for name, ours, theirs, out, size, ring, ring_f32 in rows:
         before = _transport_bytes()
         ours()
         sent = comm.allreduce(_transport_bytes() - before, op=MPI.MAX)
@@ -117,7 +157,7 @@ def worker_reduce(args) -> None:
         theirs()
         differ = comm.allreduce(int(np.count_nonzero(mine_out.view(np.uint32) != out.view(np.uint32))))
         if rank == 0:
-            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size} {sent} {4 * ring}", flush=True)
+            print(f"{name} {p} {t_ours:.5f} {t_mpi:.5f} {differ} {size} {sent} {ring} {ring_f32}", flush=True)
 
 
 def _launch(n: int, *worker) -> list:
@@ -132,6 +172,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--elements", type=int, default=1 << 22)
+    ap.add_argument("--exact-elements", type=int, default=1 << 18)
     ap.add_argument("--worker", choices=("step", "reduce"), default=None)
     args = ap.parse_args()
     if args.worker:
@@ -146,16 +187,18 @@ def main() -> None:
         bound = f"{sent / ring:5.2f} x the ring bound {ring / 1e6:8.2f} MB" if ring else "(no inter-process traffic)"
         print(f"  step on {p} process(es): {t:8.3f} s  ratio to 1 process {base / t:5.2f}   "
               f"sent per rank {sent / 1e6:8.2f} MB {bound}", flush=True)
-    print(f"[{thread_setting()}] reductions of {args.elements:,} f32 per process: ours (ascending fold) vs MPI's own")
+    print(f"[{thread_setting()}] reductions of {args.elements:,} f32 (exact: {args.exact_elements:,} sums) per "
+          f"process: ours (ascending fold; exact sums) vs MPI's own")
     for p in (2, 4):
-        out = _launch(p, "--worker", "reduce", "--repeat", str(args.repeat), "--elements", str(args.elements))
-        for name, _, ours, theirs, differ, size, sent, ring in zip(*[iter(out)] * 8):
-            mb = 4 * args.elements / 1e6
-            print(f"  {name:14} P={p}: ours {float(ours) * 1e3:8.2f} ms ({mb / float(ours):7.1f} MB/s)  "
+        out = _launch(p, "--worker", "reduce", "--repeat", str(args.repeat), "--elements", str(args.elements),
+                      "--exact-elements", str(args.exact_elements))
+        for name, _, ours, theirs, differ, size, sent, ring, ring_f32 in zip(*[iter(out)] * 9):
+            mb = 4 * int(size) * (1 if name.endswith("all_reduce") else p) / 1e6
+            print(f"  {name:20} P={p}: ours {float(ours) * 1e3:8.2f} ms ({mb / float(ours):7.1f} MB/s)  "
                   f"MPI {float(theirs) * 1e3:8.2f} ms ({mb / float(theirs):7.1f} MB/s)  ratio "
                   f"{float(theirs) / float(ours):6.3f}  bits differ in {differ} of {int(size) * p} elements  "
-                  f"sent per rank {int(sent) / 1e6:.2f} MB = {int(sent) / int(ring):.2f} x the ring bound",
-                  flush=True)
+                  f"sent per rank {int(sent) / 1e6:.3f} MB = {int(sent) / int(ring):.3f} x the ring bound "
+                  f"({int(sent) / int(ring_f32):.2f} x f32's)", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from ..dist.world import world
+from ..dist.world import mpi_started, world
 from ..errors import BackendError, TesseraError
 from .p2p import Transport, register_transport, timeout, world_transport
 
@@ -83,9 +83,10 @@ def _open_early() -> None:
     """In a program of several processes on this transport, MPI starts when the package is
     imported: MPI's start waits for every rank, so it must not depend on how far each rank's
     program has got (a rank failing before its first collective would leave the others waiting
-    there, with no timeout). A failure here is raised again, with its fix, by the first collective."""
+    there, with no timeout). A failure here is raised again, with its fix, by the first collective;
+    without an MPI runtime (torchrun) nothing starts here and making a mesh says why (MESH-MP-7)."""
     try:
-        if world().size > 1 and os.environ.get("TESSERA_TRANSPORT", "mpi") == "mpi":
+        if world().size > 1 and os.environ.get("TESSERA_TRANSPORT", "mpi") == "mpi" and mpi_started():
             world_transport("mpi")
     except TesseraError:
         return

@@ -19,9 +19,14 @@ contributions to its own devices' blocks, folds them the same way and keeps them
 all-gather, ``(p−1)/p`` of the contributions sent. Every element is folded from the same
 contributions in the same order as the all-reduce's, so the bits agree. Work is done in rounds
 of at most :data:`ROUND_BYTES` of contributions per process, so scratch memory stays bounded.
-Exact sums (an :class:`~tessera_ref.numerics.ExactAccumulator`) are summed exactly on each
-process and merged exactly, which no order changes (a reduce-scatter of one reduces it whole,
-then splits it).
+Exact partial sums (an :class:`~tessera_ref.numerics.ExactAccumulator`) take the same routes
+with their digits as the payload (:meth:`~tessera_ref.numerics.ExactAccumulator.to_words`: the
+digits in use, 4 bytes each and 8 for the signed top one, behind a 12-byte header, sent after
+an 8-byte length): each process sums its box's
+contributions exactly, sends each chunk (a reduce-scatter: its devices' rows) to the owner,
+which merges them — exactly, so no order changes the result — and an all-reduce then gathers
+the merged chunks; a reduce-scatter rounds its rows once and keeps them. They are not cut into
+rounds: what a process receives is at most the size of its own partial sums.
 
 Messages match by program order (every process issues the same exchanges in the same order),
 so a program issues its cross-process collectives from one thread.
@@ -98,14 +103,18 @@ class Transport(abc.ABC):
         order among them can deadlock); returns ``{s: array}``. Never waits forever: a peer
         that does not answer is a :class:`BackendError` naming it."""
 
+    def exchange_sized(self, outgoing: dict, sources, dtype) -> dict:
+        """:meth:`exchange` for 1-D arrays of ``dtype`` whose lengths only their senders know
+        (an 8-byte length first, then the data)."""
+        sizes = self.exchange({r: np.array([a.size], dtype=np.int64) for r, a in outgoing.items()},
+                              {s: ((1,), np.int64) for s in sources})
+        return self.exchange(outgoing, {s: ((int(n[0]),), dtype) for s, n in sizes.items()})
+
     def exchange_objects(self, outgoing: dict, sources) -> dict:
-        """:meth:`exchange` for picklable objects (sizes first, then the bytes)."""
+        """:meth:`exchange` for picklable objects."""
         blobs = {r: np.frombuffer(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
                  for r, o in outgoing.items()}
-        sizes = self.exchange({r: np.array([b.size], dtype=np.int64) for r, b in blobs.items()},
-                              {s: ((1,), np.int64) for s in sources})
-        data = self.exchange(blobs, {s: ((int(n[0]),), np.uint8) for s, n in sizes.items()})
-        return {s: pickle.loads(b.tobytes()) for s, b in data.items()}
+        return {s: pickle.loads(b.tobytes()) for s, b in self.exchange_sized(blobs, sources, np.uint8).items()}
 
 
 class _OneProcess(Transport):
@@ -205,14 +214,33 @@ class P2PCommunicator(Communicator):
         return np.expand_dims(folded, tuple(positions))
 
     def _reduce_exact(self, acc: ExactAccumulator, group: list) -> ExactAccumulator:
-        me = self.transport.rank
+        """Exact partial sums (this process's, ``acc``) summed over ``group``: each chunk of the
+        elements merged on its owner, then the merged chunks gathered by every process — a
+        ring's bytes of the sums' digits (module docstring)."""
         if len(group) == 1:
             return acc
-        got = self.transport.exchange_objects({r: acc for r in group if r != me}, [r for r in group if r != me])
-        for r in group:  # an exact sum: the order of the merges does not change it
-            if r != me:
-                acc.merge(got[r])
-        return acc
+        shape, me = acc.shape, self.transport.rank
+        flat = acc.reshape((math.prod(shape),))
+        bounds = np.linspace(0, flat.shape[0], len(group) + 1).astype(int)
+        mine = self._merge_at_owners([flat.take(np.arange(bounds[k], bounds[k + 1]), 0) for k in range(len(group))],
+                                     group)
+        got = self.transport.exchange_sized({r: mine.to_words() for r in group if r != me},
+                                            [r for r in group if r != me], np.uint32)
+        parts = [mine if r == me else ExactAccumulator.from_words(got[r], (bounds[k + 1] - bounds[k],), acc.domain)
+                 for k, r in enumerate(group)]
+        return ExactAccumulator.concatenate(parts, 0).reshape(shape)
+
+    def _merge_at_owners(self, chunks: list, group: list) -> ExactAccumulator:
+        """Send ``chunks[k]`` (exact partial sums) to process ``group[k]``; returns this
+        process's chunk merged with the others' (exactly: no order changes it)."""
+        me = self.transport.rank
+        others = [r for r in group if r != me]
+        mine = chunks[group.index(me)]
+        got = self.transport.exchange_sized({r: chunks[k].to_words() for k, r in enumerate(group) if r != me},
+                                            others, np.uint32)
+        for r in others:
+            mine.merge(ExactAccumulator.from_words(got[r], mine.shape, mine.domain))
+        return mine
 
     def _reduce_across(self, contributions: np.ndarray, positions, group: list, op: str, policy) -> np.ndarray:
         """The ascending fold of every process's ``contributions`` ([devices of the box, n]):
@@ -249,6 +277,8 @@ class P2PCommunicator(Communicator):
         process's blocks, and nothing else (module docstring)."""
         i, m = self.mesh.axis_index(axis), self.mesh.ndim
         group = self.place.group((i,))
+        if isinstance(stacked, ExactAccumulator):
+            return self._reduce_scatter_exact(stacked, i, dim, group, policy)
         if len(group) == 1:
             return super().reduce_scatter(stacked, axis, dim, op, policy)
         b, block = self.place.box[i], -(-stacked.shape[m + dim] // self.mesh.shape[i])
@@ -272,6 +302,21 @@ class P2PCommunicator(Communicator):
                 got[group[me]] = slabs[me][:, start:start + width]
                 out[start:start + width] = fold_ranks(np.concatenate([got[r] for r in group])[order], op, policy)
         return np.moveaxis(out.reshape((b, block) + rest), (0, 1), (i, m + dim))
+
+    def _reduce_scatter_exact(self, acc: ExactAccumulator, i: int, dim: int, group: list, policy) -> np.ndarray:
+        """:meth:`reduce_scatter` of exact partial sums: each process's rows of dimension ``dim``
+        merged on it from every process's sums of those rows, then rounded once."""
+        m, b = self.mesh.ndim, self.place.box[i]
+        acc = acc.sum_axes((i,))  # the contributions of this process's devices, summed exactly
+        n = acc.shape[m + dim]
+        block = -(-n // self.mesh.shape[i])
+        rows = [np.arange(min(n, k * b * block), min(n, (k + 1) * b * block)) for k in range(len(group))]
+        mine = self._merge_at_owners([acc.take(r, m + dim) for r in rows], group)
+        out = mine.round(policy.storage, rounding=policy.rounding, overflow=policy.overflow)
+        pad = [(0, 0)] * out.ndim
+        pad[m + dim] = (0, b * block - out.shape[m + dim])  # padding rows are zero
+        pieces = np.pad(out, pad).reshape(out.shape[:m + dim] + (b, block) + out.shape[m + dim + 1:])
+        return np.squeeze(np.moveaxis(pieces, m + dim, i), axis=i + 1)
 
     def all_gather(self, stacked, axis: str, dim: int):
         i, m = self.mesh.axis_index(axis), self.mesh.ndim

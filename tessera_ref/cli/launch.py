@@ -58,16 +58,51 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Hydra's banner about a rank that died: a blank line, a rule, lines starting "=   " (the first
+#: "=   BAD TERMINATION"), a rule, then three lines of advice. The launcher's summary replaces it.
+_BANNER_START = b"=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+_BANNER_ADVICE = (b"YOUR APPLICATION TERMINATED WITH THE EXIT STRING:", b"This typically refers to a problem with",
+                  b"Please see the FAQ page for debugging suggestions")
+
+
+def _is_rule(line: bytes) -> bool:
+    return len(line.strip()) > 20 and not line.strip().strip(b"=")
+
+
 def _forward(stream, out, codes: list) -> None:
     """Copy ``stream`` to ``out`` line by line, keeping the runtime's line of exit statuses
-    (``[mpiexec@host] Exit codes: [host] 0,9,0``) in ``codes`` instead."""
+    (``[mpiexec@host] Exit codes: [host] 0,9,0``) in ``codes`` instead and leaving out Hydra's
+    banner about a bad termination (:data:`_BANNER_START`); everything else passes unchanged.
+    A blank line or a rule is held until the next line shows whether the banner starts."""
+    held: list = []
+    in_banner, after_banner = False, False
+
+    def write(lines) -> None:
+        for line in lines:
+            out.buffer.write(line)
+        out.flush()
+
     for line in iter(stream.readline, b""):
         found = re.fullmatch(rb"\[mpiexec@[^]]*\] Exit codes: \[[^]]*\] ([0-9,]+)\s*", line)
         if found:
             codes.extend(int(c) for c in found.group(1).split(b","))
             continue
-        out.buffer.write(line)
-        out.flush()
+        if in_banner:
+            in_banner = not _is_rule(line)
+            after_banner = not in_banner
+            continue
+        if line.startswith(_BANNER_START) and held and _is_rule(held[-1]):
+            held, in_banner = [], True
+            continue
+        if after_banner and line.startswith(_BANNER_ADVICE):
+            continue
+        after_banner = False
+        if not line.strip() or _is_rule(line):
+            held.append(line)
+            continue
+        write(held + [line])
+        held = []
+    write(held)
 
 
 def run(args: argparse.Namespace) -> int:

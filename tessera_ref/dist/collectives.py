@@ -296,19 +296,17 @@ def reduce_scatter(x, axis, dim=None, op: str = "sum") -> DistTensor:
             f"split over {axis!r} along dimension {lay.dim_of(axis)} — so it is returned unchanged"))
         return x
     dim = _default_scatter_dim(x, axis) if dim is None else _check_dim(x, dim, "reduce_scatter")
-    if axis not in lay.partial:
-        _warn((
-            f"reduce_scatter over {axis!r} of {x.type}: the tensor is not a pending partial sum over "
-            f"{axis!r} (it is replicated there), so nothing is reduced; it is only split along "
-            f"dimension {dim}"))
-        reduced = x
-    elif isinstance(x.local, ExactAccumulator):  # an exact sum is reduced whole, then split (NUM-RED-4)
-        reduced = _reduce_only(x, axis, op)
-    else:
+    if len(lay.partial) > 1:  # an exact sum still pending over other axes is not split (NUM-RED-4)
+        _require_rounded(x, x.local, f"splitting dimension {dim} over {axis!r}")
+    if axis in lay.partial:
         return _reduce_scatter_blocks(x, axis, dim, op)
+    _warn((
+        f"reduce_scatter over {axis!r} of {x.type}: the tensor is not a pending partial sum over "
+        f"{axis!r} (it is replicated there), so nothing is reduced; it is only split along "
+        f"dimension {dim}"))
     wrote = _record("reduce_scatter", x, (axis,))
-    new_layout, local = _scatter_dim(reduced, reduced.local, axis, dim, reduced.layout)
-    return _new(reduced, new_layout, local, value=wrote)
+    new_layout, local = _scatter_dim(x, x.local, axis, dim, lay)
+    return _new(x, new_layout, local, value=wrote)
 
 
 def _reduce_scatter_blocks(x: DistTensor, axis: str, dim: int, op: str) -> DistTensor:
@@ -340,11 +338,6 @@ def quiet():
     """A block whose collectives raise no :class:`CollectiveWarning` (dist's own steps), in
     this thread/context only."""
     return scoped(QUIET_COLLECTIVES, True)
-
-
-def _reduce_only(x: DistTensor, axis: str, op: str) -> DistTensor:
-    with quiet(), sim.paused():
-        return all_reduce(x, axis, op)
 
 
 def all_gather(x, axis, dim=None) -> DistTensor:

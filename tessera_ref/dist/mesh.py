@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MeshError
+from .world import check_engine
 
 __all__ = ["Mesh", "mesh", "default_shape"]
 
@@ -95,6 +96,7 @@ class Mesh:
         object.__setattr__(self, "axes", axes)
         object.__setattr__(self, "devices", names)
         object.__setattr__(self, "shape", shape)
+        check_engine()  # a world of several processes needs an engine to reach them (MESH-MP-7)
 
     # -- sizes and names -------------------------------------------------------------------
     @property

@@ -8,6 +8,12 @@ that is set: ``RANK``/``WORLD_SIZE`` (torchrun, ``tessera-ref launch``), ``PMI_R
 ``SLURM_PROCID``/``SLURM_NTASKS`` (``srun``); with none, the world is this one process.
 ``TESSERA_DEVICES_PER_PROCESS``, when set, fixes how many devices each process owns.
 
+**The engine (MESH-MP-7).** Collectives between processes run on an existing engine — MPI by
+default, NCCL with ``TESSERA_TRANSPORT=nccl`` — never on one of the package's own. A world of
+several processes taken from ``RANK``/``WORLD_SIZE`` (torchrun's variables) whose collectives
+go over MPI needs an MPI runtime to have started the processes (:data:`MPI_VARIABLES`);
+:func:`check_engine` says so when a mesh is made, naming the variables seen and the fix.
+
 **The box (MESH-MP-2).** The mesh's devices, in flat (row-major) order, are cut into
 ``world size`` contiguous blocks of equal size; process ``r`` owns block ``r``. The block must
 be a *box* of the mesh — whole trailing axes, a run of one axis, one coordinate of each leading
@@ -25,11 +31,15 @@ import numpy as np
 
 from ..errors import MeshError
 
-__all__ = ["World", "world", "Placement", "placement", "ENV_PAIRS"]
+__all__ = ["World", "world", "Placement", "placement", "ENV_PAIRS", "MPI_VARIABLES", "mpi_started", "check_engine"]
 
 #: (rank variable, size variable) pairs, in the order they are looked for.
 ENV_PAIRS = (("RANK", "WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
              ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"))
+
+#: Variables an MPI runtime sets in the processes it starts: MPICH's Hydra and Slurm's PMI,
+#: Open MPI, PMIx. Without any of them MPI's ``COMM_WORLD`` is this process alone.
+MPI_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK")
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,33 @@ def world(env=None) -> World:
                 raise MeshError(f"TESSERA_DEVICES_PER_PROCESS={per} is not positive", fix="set it to 1 or more")
             return World(rank, size, per, f"{rank_var}/{size_var}")
     return World(0, 1, per)
+
+
+def mpi_started(env=None) -> bool:
+    """True when an MPI runtime started this process (one of :data:`MPI_VARIABLES` is set)."""
+    env = os.environ if env is None else env
+    return any(v in env for v in MPI_VARIABLES)
+
+
+def check_engine(env=None) -> None:
+    """MESH-MP-7: a :class:`MeshError` when ``RANK``/``WORLD_SIZE`` make a world of several
+    processes whose collectives go over MPI (``TESSERA_TRANSPORT``, default ``mpi``) but no MPI
+    runtime started this process — torchrun, say: its collectives could reach no other rank."""
+    env = os.environ if env is None else env
+    w = world(env)
+    if w.size == 1 or w.source != "RANK/WORLD_SIZE" or env.get("TESSERA_TRANSPORT", "mpi") != "mpi" \
+            or mpi_started(env):
+        return
+    seen = ", ".join(f"{v}={env[v]}" for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+                     if v in env)
+    raise MeshError(f"this process is rank {w.rank} of {w.size} by torchrun-style variables ({seen}), but no MPI "
+                    f"runtime started it (none of {', '.join(MPI_VARIABLES)} is set), so MPI's COMM_WORLD holds "
+                    f"this process alone (size 1 while WORLD_SIZE={w.size}) and the collectives, which run over "
+                    f"MPI, could reach no other rank: tessera_ref runs processes on MPI or NCCL, not on an engine "
+                    f"of its own",
+                    fix=f"start the program with `tessera-ref launch -n {w.size} SCRIPT` or `mpiexec -n {w.size} "
+                        f"python SCRIPT`; on GPUs under torchrun, set TESSERA_TRANSPORT=nccl (the NCCL "
+                        f"communicator: one GPU a process)")
 
 
 def _box_shape(shape: tuple, per: int):

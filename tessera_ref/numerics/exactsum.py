@@ -196,6 +196,74 @@ class ExactAccumulator:
             setattr(out, name, getattr(self, name).reshape(self._shape).any(axis=axes).reshape(-1))
         return out
 
+    def take(self, indices, axis: int) -> "ExactAccumulator":
+        """A new accumulator holding the sums at ``indices`` along ``axis`` (as ``np.take``)."""
+        (axis,) = _normalize_axes(axis, len(self._shape))
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        shape = self._shape[:axis] + (indices.size,) + self._shape[axis + 1:]
+        out = ExactAccumulator(shape, self._domain)
+        rows = len(self._digits)
+        out._digits = np.ascontiguousarray(np.take(self._digits.reshape((rows,) + self._shape), indices,
+                                                   axis=axis + 1).reshape(rows, math.prod(shape)))
+        for name in ("_nan", "_pos_inf", "_neg_inf"):
+            setattr(out, name, np.take(getattr(self, name).reshape(self._shape), indices, axis=axis).reshape(-1))
+        out._low, out._top = self._low, self._top
+        return out
+
+    @staticmethod
+    def concatenate(parts, axis: int) -> "ExactAccumulator":
+        """The accumulators ``parts`` (one domain, shapes equal but along ``axis``) joined along
+        ``axis``, as ``np.concatenate``."""
+        first = parts[0]
+        (axis,) = _normalize_axes(axis, len(first._shape))
+        shape = first._shape[:axis] + (sum(p._shape[axis] for p in parts),) + first._shape[axis + 1:]
+        out = ExactAccumulator(shape, first._domain)
+        size = math.prod(shape)
+        used = [p for p in parts if p._low is not None]
+        out._digits = np.concatenate([p._digits.reshape((len(p._digits),) + p._shape) for p in parts],
+                                     axis=axis + 1).reshape(len(out._digits), size)
+        for name in ("_nan", "_pos_inf", "_neg_inf"):
+            setattr(out, name, np.concatenate([getattr(p, name).reshape(p._shape) for p in parts], axis=axis)
+                    .reshape(-1))
+        if used:  # every part's signed top digit moves up to the highest top (the value is kept)
+            out._low, out._top = min(p._low for p in used), max(p._top for p in used)
+            _propagate_carries(out._digits, min(p._top for p in used), out._top)
+        return out
+
+    def to_words(self) -> np.ndarray:
+        """The sums as one uint32 array to move between processes: ``[low, top, special]``; the
+        digits ``low … top−1`` in use (each below 2^32); the signed top digit ``top`` as two
+        words (int64); then — when some sum is NaN or infinite — one flag word per element.
+        ``4·(top − low + 2)`` bytes a sum. :meth:`from_words` reads it back."""
+        special = bool(self._nan.any() or self._pos_inf.any() or self._neg_inf.any())
+        low = 0xFFFFFFFF if self._low is None else self._low
+        parts = [np.array([low, self._top, int(special)], dtype=np.uint32)]
+        if self._low is not None:
+            parts += [self._digits[self._low:self._top].astype(np.uint32).reshape(-1),
+                      np.ascontiguousarray(self._digits[self._top]).view(np.uint32)]
+        if special:
+            parts.append((self._nan.astype(np.uint32) | self._pos_inf.astype(np.uint32) << 1
+                          | self._neg_inf.astype(np.uint32) << 2))
+        return np.concatenate(parts)
+
+    @classmethod
+    def from_words(cls, words: np.ndarray, shape, domain: str = "f32") -> "ExactAccumulator":
+        """The accumulator of ``shape`` and ``domain`` that :meth:`to_words` wrote as ``words``."""
+        out = cls(shape, domain)
+        low, top, special = (int(w) for w in words[:3])
+        size = out._digits.shape[1]
+        at = 3
+        if low != 0xFFFFFFFF:
+            below = (top - low) * size
+            out._digits[low:top] = words[at:at + below].reshape(top - low, size)
+            out._digits[top] = words[at + below:at + below + 2 * size].view(np.int64)
+            out._low, out._top = low, top
+            at += below + 2 * size
+        if special:
+            flags = words[at:at + size]
+            out._nan, out._pos_inf, out._neg_inf = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
+        return out
+
     def _domain_values(self, x: np.ndarray) -> np.ndarray:
         src = exact_source(x)
         if self._domain == "f64":
@@ -310,6 +378,8 @@ class ExactAccumulator:
         overflow = overflow if overflow is not None else getattr(fmt, "overflow", None)
         rounding, overflow = check_modes(fmt_obj, rounding, overflow, key)
         n = self._digits.shape[1]
+        if n == 0:  # no sums (e.g. a process's empty rows of a reduce-scatter)
+            return np.zeros(self._shape, dtype=fmt_obj.dtype)
         rbits = (rounding_bits(key, index, self._shape).reshape(n).astype(np.uint64)
                  if rounding == "stochastic" else None)
         low = 0 if self._low is None else self._low

@@ -82,6 +82,41 @@ def scatter_bytes() -> None:
             print("scatter_bytes sent", " ".join(str(got[r]) for r in range(n)), flush=True)
 
 
+def exact_bytes() -> None:
+    """Bytes each process sends to reduce-scatter and to all-reduce an exact pending sum (a K
+    split matmul under ``reduction="exact"``, 48 x 40 sums, one device per process), and the
+    digits in use per sum on each process; printed by rank 0 for every rank (MESH-MP-4)."""
+    import os
+
+    from tessera_ref.backends.p2p import world_transport
+    n = world().size
+    mesh = dist.Mesh(("r",), range(n))
+    exact = Policy("f32", reduction="exact")
+    a = dist.tensor((48, 64), S(("col",), ("r",)), mesh, dtype=exact, init="randn", seed=31)
+    b = dist.tensor((64, 40), S(("row",), ("r",)), mesh, dtype=exact, init="randn", seed=32)
+    c = op.matmul(a, b)
+    scatter, reduce = dist.collective.reduce_scatter, dist.all_reduce
+    if n == 1:
+        emit("exact_bytes reduce_scatter", scatter(c, axis="r", dim=0).numpy())
+        emit("exact_bytes all_reduce", reduce(c, axis="r").numpy())
+        return
+    transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+    words = c.local.to_words()
+    counts = [int(words[1] + 1 - words[0])]
+    for name, collective in (("reduce_scatter", lambda: scatter(c, axis="r", dim=0)),
+                             ("all_reduce", lambda: reduce(c, axis="r"))):
+        before = transport.bytes_sent
+        done = collective()
+        counts.append(transport.bytes_sent - before)
+        emit(f"exact_bytes {name}", done.numpy())
+    me = world().rank
+    got = transport.exchange_objects({0: counts} if me else {}, [] if me else range(1, n))
+    got[me] = counts
+    if me == 0:
+        for k, what in enumerate(("digits", "reduce_scatter", "all_reduce")):
+            print("exact_bytes", what, " ".join(str(got[r][k]) for r in range(n)), flush=True)
+
+
 def partial(mesh, axes, reduce, policy, seed):
     """A pending ``reduce`` over ``axes`` of (8, 16) values, each device's contribution its own
     (drawn for its coordinates along ``axes``; the same along the other axes)."""
@@ -116,6 +151,8 @@ def collectives() -> None:
         a = dist.tensor((8, 16), S(("col",), ("tp",)), mesh, dtype=exact, init="randn", seed=16)
         b = dist.tensor((16, 8), S(("row",), ("tp",)), mesh, dtype=exact, init="randn", seed=17)
         emit(f"{tag} exact matmul all_reduce(tp)", dist.all_reduce(op.matmul(a, b), axis="tp").numpy())
+        emit(f"{tag} exact matmul reduce_scatter(tp)",
+             dist.collective.reduce_scatter(op.matmul(a, b), axis="tp", dim=0).numpy())
         w = dist.tensor((8, 16), S(("row", "col"), ("tp", "dp")), mesh, init="randn", seed=15)
         emit(f"{tag} all_gather(dp)", dist.all_gather(w, axis="dp").numpy())
         emit(f"{tag} broadcast(tp, 3)", dist.broadcast(w, axis="tp", root=3).numpy())

@@ -54,9 +54,27 @@ def test_a_reduce_scatter_sends_a_rings_bytes_per_process(n):
 
 
 @pytest.mark.parametrize("n", [2, 4])
+def test_an_exact_reduce_scatter_sends_a_rings_bytes_of_the_digits(n):
+    """An exact pending sum (48 x 40 sums of a K-split matmul) moves as its ``w`` digits in use
+    (4 bytes each a sum, 8 for the signed top one) plus a 20-byte header a message (length,
+    low, top, special): a reduce-scatter sends (p−1)/p of them and no all-gather; an all-reduce
+    gathers the merged chunks too, twice that when merging widens no sum. The bits are one
+    process's."""
+    single = one_process("exact_bytes").splitlines()
+    out = ranks(n, "exact_bytes").splitlines()
+    assert out[:2] == single
+    digits, scatter, reduce = ([int(w) for w in line.split()[2:]] for line in out[2:])
+    assert len(digits) == len(scatter) == len(reduce) == n and min(digits) >= 2
+    for d, s, r in zip(digits, scatter, reduce):
+        ring = (n - 1) * 4 * (d + 1) * 48 * 40 // n
+        assert s == ring + (n - 1) * 20
+        assert 2 * ring + 2 * (n - 1) * 20 <= r <= 2 * (n - 1) * 4 * (d + 2) * 48 * 40 // n + 2 * (n - 1) * 20
+
+
+@pytest.mark.parametrize("n", [2, 4])
 def test_every_collective_gives_the_bits_of_one_process(n):
     single = one_process("collectives")
-    assert len(single.splitlines()) == 68
+    assert len(single.splitlines()) == 70
     assert ranks(n, "collectives") == single
 
 

@@ -2,12 +2,14 @@
 with an error naming the rank, within a bounded time, never a hang."""
 from __future__ import annotations
 
+import io
 import sys
 import time
 
 import pytest
 
 from _ranks import HERE, PROGRAMS, launch, mpiexec, one_process, run
+from tessera_ref.cli.launch import _forward
 
 FAILURES = HERE / "failures.py"
 
@@ -34,6 +36,20 @@ def test_a_killed_rank_stops_every_rank_and_is_named():
     assert time.monotonic() - start < 30
     assert done.returncode == 1
     assert "rank 1 died (killed, signal 9); the runtime stopped the others" in done.stderr
+    assert "BAD TERMINATION" not in done.stdout + done.stderr and "FAQ" not in done.stdout + done.stderr
+
+
+def test_the_runtimes_banner_is_left_out_and_nothing_else():
+    rule = "=" * 83 + "\n"
+    banner = ("\n" + rule + "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   PID 7745 RUNNING AT vm\n"
+              "=   EXIT CODE: 9\n" + rule + "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)\n"
+              "This typically refers to a problem with your application.\n"
+              "Please see the FAQ page for debugging suggestions\n")
+    mine = "step 1\n\n" + rule + "=   a table of my own\n" + rule + "\nThis typically refers to a problem with it\n"
+    stream = io.BytesIO(("loss 0.5\n" + banner + mine + "[mpiexec@vm] Exit codes: [vm] 0,9\n\n").encode())
+    out, codes = io.TextIOWrapper(io.BytesIO()), []
+    _forward(stream, out, codes)
+    assert out.buffer.getvalue().decode() == "loss 0.5\n" + mine + "\n" and codes == [0, 9]
 
 
 def test_a_raising_rank_stops_every_rank_with_its_error():
@@ -64,6 +80,18 @@ def test_mismatched_world_sizes_are_an_error():
     done = run([mpiexec(), "-n", "2", sys.executable, str(FAILURES), "none"], timeout=60, RANK=0, WORLD_SIZE=4)
     assert done.returncode != 0
     assert "mismatched world sizes" in done.stdout + done.stderr
+
+
+def test_a_torchrun_start_without_mpi_stops_at_the_mesh_with_the_fix():
+    """Started as torchrun starts it (its variables, no MPI runtime): the first mesh says why the
+    collectives could reach no other rank and how to start the program instead (MESH-MP-7)."""
+    start = time.monotonic()
+    done = run([sys.executable, str(FAILURES), "none"], timeout=60, RANK=1, WORLD_SIZE=2, LOCAL_RANK=1,
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=29511)
+    assert time.monotonic() - start < 30
+    assert done.returncode == 1 and "gathered" not in done.stdout
+    assert "MeshError: this process is rank 1 of 2 by torchrun-style variables" in done.stderr
+    assert "failures.py:11" in done.stderr and "tessera-ref launch -n 2 SCRIPT" in done.stderr
 
 
 def test_launch_refuses_what_it_cannot_start(tmp_path):

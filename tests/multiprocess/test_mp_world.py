@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tessera_ref import dist
-from tessera_ref.dist.world import World, placement, world
+from tessera_ref.dist.world import World, check_engine, placement, world
 from tessera_ref.errors import MeshError
 
 
@@ -60,6 +60,7 @@ def test_devices_per_process_must_match_the_mesh():
 def test_a_process_holds_only_its_box_and_names_the_owner_of_remote_shards(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("PMI_SIZE", "2")   # as if mpiexec started it (MESH-MP-7); nothing here talks to MPI
     mesh = dist.Mesh(("dp", "tp"), range(8), (2, 4))
     data = np.arange(32, dtype=np.float32).reshape(8, 4)
     x = dist.tensor((8, 4), dist.ShardSpec(("row",), ("tp",)), mesh, data=data)  # varies over tp only
@@ -70,3 +71,33 @@ def test_a_process_holds_only_its_box_and_names_the_owner_of_remote_shards(monke
         x.shard(0)
     y = dist.tensor((8, 4), dist.ShardSpec(("row",), ("dp",)), mesh, data=data)
     np.testing.assert_array_equal(y.local[0, 0], data[4:])   # the second half of the rows: dp = 1
+
+
+TORCHRUN = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize("extra, ok", [({}, False), ({"PMI_SIZE": "4"}, True), ({"OMPI_COMM_WORLD_SIZE": "4"}, True),
+                                       ({"PMIX_RANK": "1"}, True), ({"TESSERA_TRANSPORT": "nccl"}, True),
+                                       ({"WORLD_SIZE": "1", "RANK": "0"}, True)])
+def test_torchrun_variables_without_an_mpi_runtime_are_refused_when_collectives_go_over_mpi(extra, ok):
+    env = dict(TORCHRUN, **extra)
+    if ok:
+        check_engine(env)
+        return
+    with pytest.raises(MeshError) as caught:
+        check_engine(env)
+    text = str(caught.value)
+    for part in ("rank 1 of 4", "RANK=1, WORLD_SIZE=4, LOCAL_RANK=1, MASTER_ADDR=10.0.0.7, MASTER_PORT=29500",
+                 "none of PMI_SIZE, OMPI_COMM_WORLD_SIZE, PMIX_RANK is set", "size 1 while WORLD_SIZE=4",
+                 "tessera-ref launch -n 4", "mpiexec -n 4", "TESSERA_TRANSPORT=nccl"):
+        assert part in text
+
+
+def test_a_mesh_made_under_torchrun_without_mpi_is_a_mesh_error_naming_the_line(monkeypatch):
+    for name, value in TORCHRUN.items():
+        monkeypatch.setenv(name, value)
+    for name in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "TESSERA_TRANSPORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(MeshError, match="no MPI runtime started it") as caught:
+        dist.Mesh(("r",), range(4))
+    assert "test_mp_world.py" in str(caught.value)

@@ -5,12 +5,14 @@ are those of one process.
 
 Each exchange is one NCCL group (``groupStart``, a ``recv`` per source and a ``send`` per
 destination, ``groupEnd``) on the GPU of ``LOCAL_RANK``; the host arrays are copied to the GPU
-and back (the reference interpreter's values live on the host). The NCCL unique id travels
-from rank 0 to the others over MPI (``tessera-ref launch`` starts the ranks with ``mpiexec``).
-A group that does not finish in ``TESSERA_COMM_TIMEOUT`` seconds aborts the communicator and is
-a :class:`~tessera_ref.errors.BackendError` naming the ranks awaited. Importing this module
-needs neither CuPy nor a GPU; opening the transport needs both (NCCL refuses two ranks on
-one GPU).
+and back (the reference interpreter's values live on the host, and the ordered fold of
+:func:`~tessera_ref.backends.p2p.fold_ranks` runs there too: nothing is summed on the GPU). The
+NCCL unique id travels from rank 0 to the others over MPI when an MPI runtime started the ranks
+(``tessera-ref launch``, ``mpiexec``), else by the rendezvous at ``MASTER_ADDR:MASTER_PORT``
+(:mod:`tessera_ref.backends.cuda.rendezvous`; torchrun, MESH-MP-7). A group that does not finish in
+``TESSERA_COMM_TIMEOUT`` seconds aborts the communicator and is a
+:class:`~tessera_ref.errors.BackendError` naming the ranks awaited. Importing this module needs
+neither CuPy nor a GPU; opening the transport needs both (NCCL refuses two ranks on one GPU).
 """
 from __future__ import annotations
 
@@ -19,25 +21,29 @@ import time
 
 import numpy as np
 
-from ...dist.world import world
+from ...dist.world import mpi_started, world
 from ...errors import BackendError
 from ..p2p import Transport, register_transport, timeout
+from .rendezvous import share_bytes
 from .runtime import _cupy
 
 __all__ = ["NCCLTransport"]
 
 
 class NCCLTransport(Transport):
-    """Messages over one NCCL communicator of the world's ranks."""
+    """Messages over one NCCL communicator of the world's ranks. ``w`` (a
+    :class:`~tessera_ref.dist.world.World`), ``cupy`` and ``nccl`` (the modules) default to this
+    process's world and CuPy's; the tests pass stand-ins to run the transport's own logic."""
 
     name = "nccl"
 
-    def __init__(self):
+    def __init__(self, w=None, cupy=None, nccl=None):
         super().__init__()
-        cp = self._cp = _cupy()
-        from cupy.cuda import nccl
+        cp = self._cp = _cupy() if cupy is None else cupy
+        if nccl is None:
+            from cupy.cuda import nccl
         self._nccl = nccl
-        w = world()
+        w = world() if w is None else w
         self.rank, self.size = w.rank, w.size
         local = int(os.environ.get("LOCAL_RANK", w.rank))
         count = cp.cuda.runtime.getDeviceCount()
@@ -45,19 +51,16 @@ class NCCLTransport(Transport):
             raise BackendError(f"rank {w.rank} (LOCAL_RANK {local}) has no GPU of its own: this machine has {count}",
                                fix=f"launch at most {count} ranks per machine (NCCL refuses two ranks on one GPU)")
         cp.cuda.Device(local % count).use()
-        uid = nccl.get_unique_id() if w.rank == 0 else None
-        if w.size > 1:
-            from mpi4py import MPI
-            uid = MPI.COMM_WORLD.bcast(uid, root=0)
-        self.comm = nccl.NcclCommunicator(w.size, uid, w.rank)
         self.timeout = timeout()
+        self.comm = nccl.NcclCommunicator(w.size, _shared_unique_id(nccl, w, self.timeout), w.rank)
 
     def exchange(self, outgoing: dict, incoming: dict) -> dict:
         cp, nccl = self._cp, self._nccl
         stream = cp.cuda.Stream(non_blocking=True)
-        received = {s: (cp.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=cp.uint8), shape, dtype)
-                    for s, (shape, dtype) in incoming.items()}
-        sent = {d: cp.asarray(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for d, a in outgoing.items()}
+        with stream:  # the copies to the GPU are ordered before the sends that read them
+            received = {s: (cp.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=cp.uint8), shape, dtype)
+                        for s, (shape, dtype) in incoming.items()}
+            sent = {d: cp.asarray(np.ascontiguousarray(a).reshape(-1).view(np.uint8)) for d, a in outgoing.items()}
         nccl.groupStart()
         for s, (buf, _, _) in received.items():
             self.comm.recv(buf.data.ptr, buf.size, nccl.NCCL_UINT8, s, stream.ptr)
@@ -70,10 +73,27 @@ class NCCLTransport(Transport):
             if time.monotonic() > deadline:
                 self.comm.abort()
                 raise BackendError(f"rank {self.rank}: no answer from rank(s) {sorted({*incoming, *outgoing})} in "
-                                   f"{self.timeout:g} s over NCCL — they died or took another path through the program",
+                                   f"{self.timeout:g} s over NCCL — they died or took another path through the "
+                                   f"program",
                                    fix="check the output of those ranks (TESSERA_COMM_TIMEOUT sets the wait)")
             time.sleep(0.0002)
+        # the stream is done: a synchronous copy reads what the receives wrote (CuPy's asnumpy with
+        # a stream argument may return before its copy ends, depending on the version)
         return {s: cp.asnumpy(buf).view(dtype).reshape(shape) for s, (buf, shape, dtype) in received.items()}
+
+
+def _shared_unique_id(nccl, w, wait: float) -> tuple:
+    """Rank 0's NCCL unique id on every rank: an MPI broadcast when an MPI runtime started the
+    ranks, else the rendezvous (module docstring). CuPy spells the id as 128 small ints (C
+    chars, signed or not by platform); they travel as int16, exactly."""
+    uid = nccl.get_unique_id() if w.rank == 0 else None
+    if w.size == 1:
+        return uid
+    if mpi_started():
+        from mpi4py import MPI
+        return MPI.COMM_WORLD.bcast(uid, root=0)
+    payload = None if uid is None else np.array(uid, dtype=np.int16).tobytes()
+    return tuple(np.frombuffer(share_bytes(payload, w.rank, w.size, wait), dtype=np.int16).tolist())
 
 
 register_transport("nccl", NCCLTransport)
