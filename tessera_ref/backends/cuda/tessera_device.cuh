@@ -26,8 +26,8 @@
 //   tsr_cvt_sr<T, O>(x, bits)          stochastic rounding with the element's 32 random bits
 //   tsr_widen<T>(x)                    exact widening into float/double, NaN made canonical
 //   tsr_canon(x)                       x, or the canonical quiet NaN (sign clear) of its format
-//                                      if x is a NaN: double, float (host too), __half,
-//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2
+//                                      if x is a NaN: double, float; under TSR_NARROW_TYPES
+//                                      __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2
 //   tsr_cvt_bits_{f32,f16,bf16,e4m3,e5m2}(double) -> the code of that conversion (host too)
 //   tsr_max(a, b), tsr_min(a, b)       IEEE 754-2019 maximum / minimum (NaN propagates as the
 //                                      canonical quiet NaN, -0 < +0); float and double
