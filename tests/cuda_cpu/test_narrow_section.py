@@ -68,7 +68,10 @@ def test_conversions_of_every_narrow_code(lib, fmt):
     rbits = np.ascontiguousarray(rounding_bits(key, None, c.shape), dtype=np.uint32)
     out = np.empty((c.size, 11), np.uint64)
     assert lib.tsr_narrow_source(fmt.encode(), _ptr(c), _ptr(rbits), _ptr(out), ctypes.c_long(c.size)) == 0
-    wide = lambda target: encode(x, target).astype(np.uint64)  # noqa: E731 - exact: NaN keeps its sign
+
+    def wide(target):  # the rne conversion; exact into the wider formats, a NaN keeps its sign
+        return encode(x, target).astype(np.uint64)
+
     want = {"tsr_cvt<double>": wide("f64"), "tsr_cvt<float>": wide("f32"), "tsr_cvt<__half>": wide("f16"),
             "tsr_cvt<__nv_bfloat16>": wide("bf16"), "tsr_cvt<__nv_fp8_e4m3>": wide("fp8_e4m3"),
             "tsr_cvt<__nv_fp8_e5m2>": wide("fp8_e5m2"),
