@@ -4,8 +4,9 @@ import re
 import subprocess
 import sys
 
+from tessera_conformance.clauses import CLAUSE_ID as _ID
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND|CUDA)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
 CLAUSE = re.compile(rf"\b{_ID}\b")
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 __all__ = ["CLAUSE_ID", "scan", "load", "load_not_testable"]
 
 HERE = Path(__file__).resolve().parent
-#: A clause ID: a prefix, words, a number (``NUM-RED-2``, ``GRAPH-MATMUL-1``, ``NUM-CVT-2.1``).
-CLAUSE_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
+#: A clause ID: a prefix, words, a number (``NUM-RED-2``, ``GRAPH-MATMUL-1``, ``NUM-CVT-2.1``, ``CUDA-CPU-4``).
+CLAUSE_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND|CUDA)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
 _DEFINITION = re.compile(rf"^\*\*({CLAUSE_ID})\s*(?:\(([^)]*)\))?", re.M)
 
 
@@ -35,7 +35,7 @@ def load() -> list:
 
 def load_not_testable() -> dict:
     """``{clause: reason}``: clauses a black-box suite cannot check, each with its one-line
-    reason (``not_testable/<chapter>.json``, one file per chapter folder of the cases)."""
+    reason, which names the repository tests that check it (``not_testable/<chapter>.json``)."""
     out = {}
     for path in sorted((HERE / "not_testable").glob("*.json")):
         out.update(json.loads(path.read_text()))

@@ -49,7 +49,8 @@ def report(counts: dict) -> str:
     missing = [i for i in ids if i not in counts and i not in untestable]
     cased = sum(i in counts for i in ids)
     return (f"{cased} of {len(ids)} clauses have a case ({100 * cased / len(ids):.1f}%), {len(untestable)} are not "
-            f"testable by a black-box suite, {len(missing)} unaccounted for" + (f": {missing}" if missing else ""))
+            f"testable by a black-box suite (each names the tests that check it), {len(missing)} unaccounted for"
+            + (f": {missing}" if missing else ""))
 
 
 if __name__ == "__main__":

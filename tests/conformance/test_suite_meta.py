@@ -22,6 +22,25 @@ def test_the_shipped_clause_list_is_the_specs():
         "docs/spec changed: run python -m tessera_conformance.clauses docs/spec"
 
 
+def test_each_not_testable_clause_names_existing_tests_that_check_it():
+    """A clause no case can check (the CUDA backends' header, compiler and harness; several
+    processes; …) is checked by the repository's own tests: its reason names them."""
+    import re
+    for cid, reason in load_not_testable().items():
+        named = re.findall(r"\btests/[\w/]+\.py", reason)
+        assert named, f"{cid}: the not-testable reason names no test that checks it"
+        assert all((ROOT / p).is_file() for p in named), f"{cid} names a test file that does not exist: {named}"
+
+
+def test_cuda_clauses_are_clauses():
+    """docs/spec/cuda.md and cuda_cpu.md define CUDA-* clauses; the clause list has every one."""
+    import re
+    spec = (ROOT / "docs" / "spec" / "cuda.md").read_text() + (ROOT / "docs" / "spec" / "cuda_cpu.md").read_text()
+    defined = re.findall(r"^\*\*(CUDA-[A-Z]+(?:-[A-Z]+)?-\d+)", spec, re.M)
+    listed = [c["id"] for c in load() if c["id"].startswith("CUDA-")]
+    assert defined and listed == defined
+
+
 def test_cases_and_not_testable_entries_name_real_clauses(cased):
     ids = {c["id"] for c in load()}
     unknown = sorted(set(cased) - ids)

@@ -7,7 +7,13 @@
 // machine with IEEE binary64 arithmetic, SSE2 on x86-64) the same functions compile with
 // plain + - * / and std::sqrt, which lets the test suite check the header's bits against the
 // Python interpreter without a GPU (tests/cuda/test_device_header.py). The device-only
-// sections (cp.async, warp shuffles, mma.sync, ldmatrix, fp16/bf16/fp8 types) are guarded.
+// section (cp.async, warp shuffles, mma.sync, ldmatrix) is guarded by TSR_DEVICE; the
+// narrow-format sections (the fp16/bf16/fp8 conversions, tsr_canon, 16-bit max/min and
+// NUM-MATH) by TSR_NARROW_TYPES: defined here after CUDA's own headers, or by an includer
+// that has declared __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2 (storage __x,
+// __nv_fp8_storage_t) and __half2float, __bfloat162float, __half_as_ushort,
+// __bfloat16_as_ushort, __ushort_as_half, __ushort_as_bfloat16 and the fp8 types' explicit
+// float conversion before including this file (the CUDA-on-CPU twin, tessera_cpu.h).
 // The normative text is docs/spec/cuda.md (CUDA-HDR-*).
 //
 // API (other sections may be appended at the end of this file):
@@ -20,8 +26,8 @@
 //   tsr_cvt_sr<T, O>(x, bits)          stochastic rounding with the element's 32 random bits
 //   tsr_widen<T>(x)                    exact widening into float/double, NaN made canonical
 //   tsr_canon(x)                       x, or the canonical quiet NaN (sign clear) of its format
-//                                      if x is a NaN: double, float (host too), __half,
-//                                      __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2
+//                                      if x is a NaN: double, float; under TSR_NARROW_TYPES
+//                                      __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2
 //   tsr_cvt_bits_{f32,f16,bf16,e4m3,e5m2}(double) -> the code of that conversion (host too)
 //   tsr_max(a, b), tsr_min(a, b)       IEEE 754-2019 maximum / minimum (NaN propagates as the
 //                                      canonical quiet NaN, -0 < +0); float and double
@@ -49,6 +55,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#define TSR_NARROW_TYPES 1
 #define TSR_INL __device__ __forceinline__
 #define TSR_FN TSR_INL
 #define TSR_COLD __device__ __noinline__  // rare paths, out of line (the hot path keeps its registers)
@@ -651,7 +658,7 @@ template <> struct tsr_cvt_to<float> {
     return tsr_u2f((unsigned)tsr_fmt<float>::code(x, R, O, rb));
   }
 };
-#ifdef TSR_DEVICE
+#ifdef TSR_NARROW_TYPES
 template <> struct tsr_cvt_to<__half> {
   template <int R, int O> static TSR_INL __half from(double x, unsigned rb) {
     return __ushort_as_half((unsigned short)tsr_fmt<tsr_f16_tag>::code(x, R, O, rb));
@@ -704,7 +711,7 @@ template <class T> TSR_FN T tsr_widen(float x) {
   unsigned b = tsr_f2u(x);
   return (b & 0x7fffffffu) > 0x7f800000u ? tsr_nan_of<T>(b >> 31) : (T)x;
 }
-#ifdef TSR_DEVICE
+#ifdef TSR_NARROW_TYPES
 // narrow sources: NaN by their codes, every other value exactly through float
 TSR_FN bool tsr_nan16(unsigned short h, unsigned short inf) { return (h & 0x7fffu) > inf; }
 TSR_FN float tsr_wide(__half x) {
@@ -763,7 +770,7 @@ TSR_MATH16(exp) TSR_MATH16(expm1) TSR_MATH16(log) TSR_MATH16(sin) TSR_MATH16(cos
 TSR_MATH16(erf) TSR_MATH16(erfc) TSR_MATH16(sigmoid) TSR_MATH16(silu) TSR_MATH16(gelu) TSR_MATH16(gelu_tanh)
 TSR_MATH16(rsqrt)
 #undef TSR_MATH16
-#endif
+#endif  // TSR_NARROW_TYPES
 
 // CuTe Swizzle<3,4,3> on byte offsets (o ^ ((o & (7 << 7)) >> 3)), back in elements
 #define TSR_SWIZZLE(off, itemsize) \

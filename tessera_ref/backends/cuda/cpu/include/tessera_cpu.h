@@ -3,14 +3,17 @@
 //
 // The rendered CUDA C includes <cuda_fp16.h>, <cuda_bf16.h>, <cuda_fp8.h> and
 // "tessera_device.cuh"; in the harness the first three are this directory's stand-ins, which
-// include this file: it includes tessera_device.cuh's host half (g++: no __CUDACC__) and then
-// supplies what the device half and CUDA supply on a GPU —
+// include this file. As CUDA's headers do on a GPU, it first declares the narrow types —
+// __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2 (exact decoding) and the intrinsics
+// tessera_device.cuh's narrow-format sections use — and defines TSR_NARROW_TYPES; then it
+// includes tessera_device.cuh (g++: no __CUDACC__), whose host half and narrow-format sections
+// (tsr_cvt / tsr_widen / tsr_cvt_sr of the narrow types, tsr_canon, the 16-bit tsr_max/min and
+// NUM-MATH entry points: every rounding through NUM-CVT's encoder) compile as they do under
+// NVRTC; then it supplies what the device-only section and CUDA supply on a GPU —
 //   the keywords (__global__, __launch_bounds__, __align__, extern __shared__),
 //   threadIdx / blockIdx / blockDim / gridDim of the running fiber and block,
 //   __syncthreads (a yield point; its source line is its site id),
-//   the vector types (float2/4, double2, uint2/4) and make_*,
-//   __half, __nv_bfloat16, __nv_fp8_e4m3, __nv_fp8_e5m2 (exact decoding; every rounding through
-//   tsr_cvt's NUM-CVT encoder), the 16-bit tsr_max/min and NUM-MATH entry points, tsr_canon,
+//   the vector types (float2/4, double2, uint2/4) and make_*, the 16-bit + - * / and comparisons,
 //   tsr_cp_async<4|8|16>, tsr_cp_async_commit, tsr_cp_async_wait<N> (eager or deferred copies),
 //   tsr_shfl_xor / __shfl_xor_sync, __ballot_sync, tsr_ldmatrix<N, TRANS> and
 //   mma.sync m16n8k16 (bf16, f16) and m16n8k32 (e4m3, e5m2) (warp collectives: all 32 lanes
@@ -21,9 +24,10 @@
 // Arithmetic is g++'s IEEE binary32/64 with -ffp-contract=off: an fma only where the source calls fmaf/fma.
 #pragma once
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <utility>
 #include "tessera_fiber.h"
-#include "tessera_device.cuh"
 
 #define __global__
 #define __device__
@@ -53,15 +57,15 @@ inline float2 make_float2(float x, float y) { return {x, y}; }
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline double2 make_double2(double x, double y) { return {x, y}; }
 
-// -- narrow formats: storage, exact decoding, NUM-CVT encoding ------------------------------------
+// -- the narrow formats: storage, exact decoding, the intrinsics tessera_device.cuh uses ---------
 namespace tsr_cpu {
 inline double decode(unsigned code, int man, int bias, int bits, bool fn) {  // exact value of a code
   unsigned sign = code >> (bits - 1), ex = (code >> man) & ((1u << (bits - 1 - man)) - 1);
   unsigned fr = code & ((1u << man) - 1);
   unsigned top = (1u << (bits - 1 - man)) - 1;
   double v;
-  if (fn ? (ex == top && fr == (1u << man) - 1) : (ex == top && fr)) v = TSR_NAN;
-  else if (!fn && ex == top) v = TSR_INF;
+  if (fn ? (ex == top && fr == (1u << man) - 1) : (ex == top && fr)) v = std::numeric_limits<double>::quiet_NaN();
+  else if (!fn && ex == top) v = std::numeric_limits<double>::infinity();
   else v = ex ? std::ldexp((double)(fr | (1u << man)), (int)ex - bias - man) : std::ldexp((double)fr, 1 - bias - man);
   return sign ? -v : v;
 }
@@ -74,8 +78,13 @@ struct __half {
 };
 struct __nv_bfloat16 {
   unsigned short __x;
-  explicit operator float() const { return tsr_u2f((unsigned)__x << 16); }
-  explicit operator double() const { return (double)tsr_u2f((unsigned)__x << 16); }
+  explicit operator float() const {
+    unsigned u = (unsigned)__x << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  explicit operator double() const { return (double)(float)*this; }
 };
 typedef unsigned char __nv_fp8_storage_t;
 struct __nv_fp8_e4m3 {
@@ -98,48 +107,11 @@ inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 x) { return x.__x; }
 inline __half __habs(__half x) { x.__x &= 0x7fffu; return x; }
 inline __nv_bfloat16 __habs(__nv_bfloat16 x) { x.__x &= 0x7fffu; return x; }
 
-// the device half of tessera_device.cuh's conversions, for the twin's narrow types
-#define TSR_CPU_CVT_TO(T, TAG)                                                         \
-  template <> struct tsr_cvt_to<T> {                                                   \
-    template <int R, int O> static inline T from(double x, unsigned rb) {              \
-      T r;                                                                             \
-      r.__x = (decltype(r.__x))tsr_fmt<TAG>::code(x, R, O, rb);                        \
-      return r;                                                                        \
-    }                                                                                  \
-  };
-TSR_CPU_CVT_TO(__half, tsr_f16_tag)
-TSR_CPU_CVT_TO(__nv_bfloat16, tsr_bf16_tag)
-TSR_CPU_CVT_TO(__nv_fp8_e4m3, tsr_e4m3_tag)
-TSR_CPU_CVT_TO(__nv_fp8_e5m2, tsr_e5m2_tag)
-#undef TSR_CPU_CVT_TO
-// narrow sources: NaN by their codes (the canonical quiet NaN of the sign), every other value exactly
-inline float tsr_cpu_nan_f32(unsigned neg) { return tsr_u2f(neg ? 0xffc00000u : 0x7fc00000u); }
-inline float tsr_wide(__half x) { return (x.__x & 0x7fffu) > 0x7c00u ? tsr_cpu_nan_f32(x.__x >> 15) : (float)x; }
-inline float tsr_wide(__nv_bfloat16 x) {
-  return (x.__x & 0x7fffu) > 0x7f80u ? tsr_cpu_nan_f32(x.__x >> 15) : (float)x;
-}
-inline float tsr_wide(__nv_fp8_e4m3 x) { return (x.__x & 0x7f) == 0x7f ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
-inline float tsr_wide(__nv_fp8_e5m2 x) { return (x.__x & 0x7f) > 0x7c ? tsr_cpu_nan_f32(x.__x >> 7) : (float)x; }
-// the canonical quiet NaN (sign clear) in place of any NaN of a narrow format, by its code
-inline __half tsr_canon(__half x) { return (x.__x & 0x7fffu) > 0x7c00u ? __ushort_as_half(0x7e00u) : x; }
-inline __nv_bfloat16 tsr_canon(__nv_bfloat16 x) {
-  return (x.__x & 0x7fffu) > 0x7f80u ? __ushort_as_bfloat16(0x7fc0u) : x;
-}
-inline __nv_fp8_e4m3 tsr_canon(__nv_fp8_e4m3 x) { if ((x.__x & 0x7f) == 0x7f) x.__x = 0x7f; return x; }
-inline __nv_fp8_e5m2 tsr_canon(__nv_fp8_e5m2 x) { if ((x.__x & 0x7f) > 0x7c) x.__x = 0x7e; return x; }
-#define TSR_CPU_NARROW(S)                                                                    \
-  template <class T, int R = TSR_RNE, int O = TSR_NATIVE> inline T tsr_cvt(S x) {                    \
-    return tsr_cvt<T, R, O>(tsr_wide(x));                                                            \
-  }                                                                                                  \
-  template <class T> inline T tsr_widen(S x) { return tsr_widen<T>(tsr_wide(x)); }
-TSR_CPU_NARROW(__half)
-TSR_CPU_NARROW(__nv_bfloat16)
-TSR_CPU_NARROW(__nv_fp8_e4m3)
-TSR_CPU_NARROW(__nv_fp8_e5m2)
-#undef TSR_CPU_NARROW
-template <class T, int O = TSR_NATIVE, class S> inline T tsr_cvt_sr(S x, unsigned rbits) {  // narrow sources
-  return tsr_cvt_sr<T, O>(tsr_wide(x), rbits);
-}
+// the device header: its host half and, for the types above, its narrow-format sections
+#define TSR_NARROW_TYPES 1
+#include "tessera_device.cuh"
+
+
 // 16-bit arithmetic as cuda_fp16.hpp / cuda_bf16.hpp's operators on sm_80+ (HADD, HMUL …, one
 // rounding): the operation exact (or, for /, correctly rounded) in f64, then NUM-CVT's rounding
 // (f64 has more than 2·11 + 2 bits: no double-rounding error)
@@ -158,26 +130,6 @@ template <class T, int O = TSR_NATIVE, class S> inline T tsr_cvt_sr(S x, unsigne
 TSR_CPU_ARITH(__half)
 TSR_CPU_ARITH(__nv_bfloat16)
 #undef TSR_CPU_ARITH
-// 16-bit max/min and NUM-MATH through f32, as the device header's device half does
-#define TSR_CPU_16(T)                                                                             \
-  inline T tsr_max(T a, T b) { return tsr_cvt<T>(tsr_max((float)a, (float)b)); }                 \
-  inline T tsr_min(T a, T b) { return tsr_cvt<T>(tsr_min((float)a, (float)b)); }                 \
-  inline T tsr_exp(T x) { return tsr_cvt<T>(tsr_exp((float)x)); }                                \
-  inline T tsr_expm1(T x) { return tsr_cvt<T>(tsr_expm1((float)x)); }                            \
-  inline T tsr_log(T x) { return tsr_cvt<T>(tsr_log((float)x)); }                                \
-  inline T tsr_sin(T x) { return tsr_cvt<T>(tsr_sin((float)x)); }                                \
-  inline T tsr_cos(T x) { return tsr_cvt<T>(tsr_cos((float)x)); }                                \
-  inline T tsr_tanh(T x) { return tsr_cvt<T>(tsr_tanh((float)x)); }                              \
-  inline T tsr_erf(T x) { return tsr_cvt<T>(tsr_erf((float)x)); }                                \
-  inline T tsr_erfc(T x) { return tsr_cvt<T>(tsr_erfc((float)x)); }                              \
-  inline T tsr_sigmoid(T x) { return tsr_cvt<T>(tsr_sigmoid((float)x)); }                        \
-  inline T tsr_silu(T x) { return tsr_cvt<T>(tsr_silu((float)x)); }                              \
-  inline T tsr_gelu(T x) { return tsr_cvt<T>(tsr_gelu((float)x)); }                              \
-  inline T tsr_gelu_tanh(T x) { return tsr_cvt<T>(tsr_gelu_tanh((float)x)); }                    \
-  inline T tsr_rsqrt(T x) { return tsr_cvt<T>(tsr_rsqrt((float)x)); }
-TSR_CPU_16(__half)
-TSR_CPU_16(__nv_bfloat16)
-#undef TSR_CPU_16
 
 // -- the tensor-core block-FMA model (numerics/tc.py, NUM-TC-2 … 5) ---------------------------------
 namespace tsr_cpu {
