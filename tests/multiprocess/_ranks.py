@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,23 @@ def launch(n: int, script, *args, timeout: float = 120, **env) -> subprocess.Com
     mpiexec()
     return run([sys.executable, "-m", "tessera_ref", "launch", "-n", str(n), str(script), *map(str, args)],
                timeout=timeout, **env)
+
+
+def thread_ranks(size: int, body) -> list:
+    """``body(rank)`` on ``size`` threads at once (ranks of one process); the results by rank.
+    An exception in any rank fails the test; a rank still running after 60 s is left behind."""
+    out, errors = [None] * size, []
+
+    def run_rank(r):
+        try:
+            out[r] = body(r)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run_rank, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return out

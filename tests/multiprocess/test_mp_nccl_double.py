@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pytest
 
+from _ranks import thread_ranks
 from fake_nccl import FakeCupy, FakeNccl, UsageError
 from tessera_ref import op
 from tessera_ref.backends.cuda.nccl import NCCLTransport
@@ -42,21 +43,7 @@ def on_nccl(size: int, work, mesh=MESH):
     the double; the results by rank, and the double's nccl module."""
     cupy = FakeCupy(devices=8)
     nccl = FakeNccl(cupy)
-    out, errors = [None] * size, []
-
-    def run(r):
-        try:
-            transport = NCCLTransport(World(r, size), cupy=cupy, nccl=nccl)
-            out[r] = work(P2PCommunicator(mesh, transport), r)
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
+    out = thread_ranks(size, lambda r: work(P2PCommunicator(mesh, NCCLTransport(World(r, size), cupy=cupy, nccl=nccl)), r))
     return out, nccl
 
 

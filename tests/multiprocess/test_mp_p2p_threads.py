@@ -5,11 +5,11 @@ two axes, odd chunk boundaries and bounded rounds."""
 from __future__ import annotations
 
 import queue
-import threading
 
 import numpy as np
 import pytest
 
+from _ranks import thread_ranks
 from tessera_ref import dist, op
 from tessera_ref.backends import p2p
 from tessera_ref.backends.p2p import P2PCommunicator, Transport
@@ -39,21 +39,7 @@ class Queues(Transport):
 def on_threads(size, mesh, work):
     """``work(communicator)`` on every rank at once; the results by rank."""
     boxes = {(s, d): queue.Queue() for s in range(size) for d in range(size)}
-    out, errors = [None] * size, []
-
-    def run(r):
-        try:
-            out[r] = work(P2PCommunicator(mesh, Queues(r, size, boxes)))
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    return out
+    return thread_ranks(size, lambda r: work(P2PCommunicator(mesh, Queues(r, size, boxes))))
 
 
 def box(whole, comm):
