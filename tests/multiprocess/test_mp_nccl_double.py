@@ -43,7 +43,10 @@ def on_nccl(size: int, work, mesh=MESH):
     the double; the results by rank, and the double's nccl module."""
     cupy = FakeCupy(devices=8)
     nccl = FakeNccl(cupy)
-    out = thread_ranks(size, lambda r: work(P2PCommunicator(mesh, NCCLTransport(World(r, size), cupy=cupy, nccl=nccl)), r))
+    def rank(r):
+        return work(P2PCommunicator(mesh, NCCLTransport(World(r, size), cupy=cupy, nccl=nccl)), r)
+
+    out = thread_ranks(size, rank)
     return out, nccl
 
 
