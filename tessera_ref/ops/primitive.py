@@ -258,6 +258,11 @@ def _verify_hook(prim: Primitive):
         if attrs != op.attributes:
             raise op.emit_error(f"attributes {op.attributes} are not in canonical form; expected {attrs}",
                                 fix="build ops through tessera_ref.op or write canonical attributes")
+        for index, result in enumerate(op.results):
+            if not isinstance(result.type, TensorType):
+                raise op.emit_error(f"result #{index} is a {result.type}, but Graph IR ops give tensors "
+                                    f"(the inferred: {', '.join(map(str, expected))})",
+                                    fix="declare the result as a tensor (a 0-d tensor<f32> for a single number)")
         actual = tuple(r.type if prim.layout_aware else r.type.with_layout(None) for r in op.results)
         if actual != expected:
             raise op.emit_error(

@@ -155,3 +155,15 @@ def test_mutated_printed_modules_raise_only_tessera_errors(text):
 @given(grammar_texts())
 def test_grammar_generated_modules_raise_only_tessera_errors(text):
     _check(text)
+
+
+def test_a_graph_op_declaring_a_scalar_result_is_a_verify_error():
+    """Found by the grammar fuzzer: a Graph IR op whose result is declared a scalar raised a raw
+    AttributeError from the verifier; it is a VerifyError naming the result and the inferred type."""
+    text = ('"tessera.module"() ({\n  "tessera.func"() ({\n  ^bb0(%a0: tensor<4xf32>):\n'
+            '    %r0 = "tessera.graph.abs"(%a0)  : (tensor<4xf32>) -> (f32)\n    "tessera.return"() : () -> ()\n'
+            '  }) {function_type = (tensor<4xf32>) -> (), sym_name = "f"} : () -> ()\n}) : () -> ()')
+    with pytest.raises(VerifyError, match=r"result #0 is a f32, but Graph IR ops give tensors \(the inferred: "
+                                          r"tensor<4xf32>\)") as caught:
+        verify(parse_module(text))
+    assert "tessera.graph.abs" in str(caught.value) and "0-d tensor<f32>" in caught.value.fix
