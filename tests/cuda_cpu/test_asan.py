@@ -123,12 +123,7 @@ def test_the_off_by_one_mutant_is_caught_under_asan():
     program, inputs, _ = _program(program_name)
     line = _line_of(render(program.tile).text, pattern, n)
 
-    class PlantedAsan(Planted):
-        def __init__(self):
-            super().__init__("lockstep", "deferred", plant)
-            self.options = harness.Options(memcheck="asan")
-
-    with pytest.raises(HarnessFinding) as caught, backends.use(PlantedAsan()):
+    with pytest.raises(HarnessFinding) as caught, backends.use(Planted("lockstep", "deferred", plant, "asan")):
         program.run(*inputs)
     err = caught.value
     assert err.line == line and f"CUDA line {line}: " in str(err), str(err)

@@ -20,8 +20,8 @@ from tessera_ref.lowering import lower
 class Planted(CudaCpuBackend):
     """The harness running every kernel with ``plant`` applied to its rendered text."""
 
-    def __init__(self, schedule, cp_async, plant):
-        super().__init__(schedule, cp_async)
+    def __init__(self, schedule, cp_async, plant, memcheck="guard"):
+        super().__init__(schedule, cp_async, memcheck)
         self.plant = plant
 
     def launch(self, launch):

@@ -4,9 +4,12 @@ Graph IR ops with a kernel family are lowered to their one-op program, rendered
 (:func:`~..source.render`, the text the ``"cuda"`` backend compiles with NVRTC), compiled with
 g++ and the CPU twin (:mod:`.build`, cached) and launched on the host's NumPy buffers
 (:mod:`.harness`); ops without a kernel family run by their primitive's reference ``impl``.
-``CudaCpuBackend(schedule=..., cp_async=...)`` makes a backend with other launch options
-than the registered one (``lockstep``, ``deferred``), ``memcheck="asan"`` runs every launch
-under AddressSanitizer (CUDA-CPU-10): pass it to ``backends.use``. A mesh is
+Every launch runs under each schedule of ``schedule`` with each cp.async mode of
+``cp_async`` — by default ``lockstep``, ``reverse`` and ``random:1``, each ``deferred`` and
+``eager`` — the first into the buffers, the others on copies of them; a buffer whose bits
+differ between two runs is a finding (a race). ``CudaCpuBackend(schedule=..., cp_async=...)``
+takes one name or a tuple of names (one of each: a single run), ``memcheck="asan"`` runs every
+launch under AddressSanitizer (CUDA-CPU-10): pass it to ``backends.use``. A mesh is
 a BackendError (one process, one simulated device). A ``tc:`` matmul's ``mma.sync`` computes
 the tensor-core block-FMA model named by the kernel's policy.
 """
@@ -27,6 +30,7 @@ from ....numerics import tc
 from ..runtime import DYNAMIC_SMEM, RenderedBackend
 from ..source import render
 from . import build, harness
+from .harness import HarnessFinding
 
 __all__ = ["CudaCpuBackend", "CpuLaunchReport"]
 
@@ -60,19 +64,60 @@ def _tc_block(func) -> tuple | None:
     return blocks.pop() if blocks else None
 
 
+#: The schedules a launch runs under by default (each with both cp.async modes, CUDA-CPU-7).
+SWEEP_SCHEDULES = ("lockstep", "reverse", "random:1")
+
+
+def _names(value, what: str) -> tuple:
+    """One name or a non-empty sequence of names, as a tuple."""
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        raise BackendError(f"a {what} is a name or a non-empty tuple of names, got {value!r}",
+                           fix=f"e.g. CudaCpuBackend(schedule={SWEEP_SCHEDULES!r}, cp_async=('deferred', 'eager'))")
+    return names
+
+
+def _element(array, rows, i: int) -> str:
+    """Element ``i`` of ``array`` as its value and its bits (``rows``: its bytes, one row each)."""
+    return f"{array.reshape(-1)[i].item()!r} (bits 0x{rows[i][::-1].tobytes().hex()})"
+
+
+def _same_bits(kernel: str, first, other, want, got, names) -> None:
+    """A HarnessFinding unless the launch under ``other`` wrote every buffer's bits as under ``first``."""
+    for name, a, b in zip(names, want, got):
+        x = a.reshape(-1).view(np.uint8).reshape(a.size, a.itemsize)
+        y = b.reshape(-1).view(np.uint8).reshape(b.size, b.itemsize)
+        differ = np.flatnonzero((x != y).any(axis=1))
+        if differ.size:
+            i = int(differ[0])
+            err = HarnessFinding(
+                f"the CUDA-on-CPU harness found a schedule-dependent result in kernel {kernel}: under schedule "
+                f"{other.schedule}, cp.async {other.cp_async} it wrote {differ.size} of the {a.size} elements of "
+                f"argument {name} with other bits than under schedule {first.schedule}, cp.async {first.cp_async} "
+                f"(the first at flat index {i}: {_element(a, x, i)} there, {_element(b, y, i)} here)",
+                fix="the block's threads race: look for a missing __syncthreads, a cp.async wait_group that leaves "
+                    "a copy in flight, or a shared buffer refilled while other threads still read it; the 'interp' "
+                    "backend's tile interpreter names the racing accesses")
+            err.kind, err.line = "schedule-dependent result", 0
+            raise err
+
+
 class CudaCpuBackend(RenderedBackend):
     """Rendered kernels on the CPU harness (see the module docstring)."""
 
     name = "cuda-cpu"
     description = "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber"
 
-    def __init__(self, schedule: str = "lockstep", cp_async: str = "deferred", memcheck: str = "guard"):
+    def __init__(self, schedule=SWEEP_SCHEDULES, cp_async=harness.CP_ASYNC, memcheck: str = "guard"):
         build.gxx()  # no g++, or a host neither x86-64 nor AArch64: a BackendError now
-        self.options = harness.Options(schedule, cp_async, memcheck=memcheck)
+        schedules, modes = _names(schedule, "schedule"), _names(cp_async, "cp.async mode")
+        self.runs = tuple(harness.Options(s, m, memcheck=memcheck) for s in schedules for m in modes)
+        self.options = self.runs[0]
 
     def __repr__(self) -> str:
-        o = self.options
-        return f"<tessera backend 'cuda-cpu' schedule={o.schedule} cp_async={o.cp_async} memcheck={o.memcheck}>"
+        schedules = ",".join(dict.fromkeys(o.schedule for o in self.runs))
+        modes = ",".join(dict.fromkeys(o.cp_async for o in self.runs))
+        return f"<tessera backend 'cuda-cpu' schedule={schedules} cp_async={modes} memcheck={self.options.memcheck}>"
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda-cpu backend runs single-device programs; got a mesh {mesh}",
@@ -107,10 +152,16 @@ class CudaCpuBackend(RenderedBackend):
         names = [k.attributes["sym_name"] for k in kernels]
         lib = build.library(source, names) if self.options.memcheck == "guard" else None  # asan: a program
         smem = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
-        options = dataclasses.replace(self.options, tc=_tc_block(func))
-        start = time.perf_counter()
-        switches = harness.run(lib, name, launch.grid, launch.lanes, args, smem, options, source,
-                               params + list(attrs.get("tile.sizes", {})), kernels=names)
+        block, arg_names = _tc_block(func), params + list(attrs.get("tile.sizes", {}))
+        before = [a.copy() for a in args] if len(self.runs) > 1 else None
+        start, switches = time.perf_counter(), 0
+        for i, run in enumerate(self.runs):  # the first into the buffers, every other on a copy of them
+            options, bufs = dataclasses.replace(run, tc=block), args if i == 0 else [b.copy() for b in before]
+            switches += harness.run(lib, name, launch.grid, launch.lanes, bufs, smem, options, source, arg_names,
+                                    kernels=names)
+            if i:
+                _same_bits(name, self.runs[0], run, args, bufs, arg_names)
         seconds = time.perf_counter() - start
         grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
-        return CpuLaunchReport(name, grid, launch.lanes, options.schedule, options.cp_async, switches, seconds)
+        return CpuLaunchReport(name, grid, launch.lanes, ",".join(dict.fromkeys(o.schedule for o in self.runs)),
+                               ",".join(dict.fromkeys(o.cp_async for o in self.runs)), switches, seconds)
