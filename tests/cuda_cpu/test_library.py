@@ -4,14 +4,13 @@ cp.async modes (the default run: :data:`FAST`; the whole cross product is ``slow
 tensor-core kernels give the bits of the interpreter's tc model (the twin's mma.sync computes
 the same model)."""
 import functools
-from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tessera_ref as t
-from cpu_programs import COMBOS, FAST, LIBRARY, bits, on_the_interpreter, run_on
+from cpu_programs import COMBOS, FAST, LIBRARY, bits, on_the_interpreter, run_on, seed_pipeline
 from tessera_ref import backends, kernel, op
 from tessera_ref.backends.cuda.cpu import CpuLaunchReport, CudaCpuBackend
 from tessera_ref.backends.cuda.source import render
@@ -119,23 +118,10 @@ def test_the_seed_saxpy_kernel_gives_the_interpreters_bits(schedule, cp_async):
     assert not np.array_equal(bits(got), bits(y0))
 
 
-TP_AXPY = (Path(__file__).parents[1] / "tiles" / "data" / "tp_axpy.tsr").read_text().replace(
-    "@kernel.autotune(space=dict(BM=[128,256], stages=[2,3]))", "@kernel")
-
-
 def test_the_seed_pipeline_race_shows_as_different_bits_across_cp_async_modes():
     """Seed 004 §2.3 as printed refills the buffer other lanes still read (the tile
     interpreter's race checker reports it); on the harness the two cp.async modes disagree."""
-    k = kernel.from_source(TP_AXPY)
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal(1024).astype(np.float16)
-    Y0 = rng.standard_normal(1024).astype(np.float16)
-    outs = {}
-    for mode in ("deferred", "eager"):
-        Y = Y0.copy()
-        with backends.use(CudaCpuBackend("lockstep", mode)):
-            k(X, Y, np.float16(2), grid=1, lanes=128)
-        outs[mode] = Y
+    _, _, _, outs = seed_pipeline()
     assert not np.array_equal(bits(outs["deferred"]), bits(outs["eager"]))
 
 

@@ -6,26 +6,10 @@ result naming the argument, the two runs and how many elements differ."""
 import numpy as np
 import pytest
 
-from cpu_programs import bits, on_the_interpreter
-from tessera_ref import backends, kernel
+from cpu_programs import bits, on_the_interpreter, seed_pipeline
+from tessera_ref import backends
 from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding
 from tessera_ref.errors import BackendError
-
-PIPELINE = '''
-@kernel
-def tp_axpy(X: f16[m], Y: mut f16[m], alpha: f16):
-    s0 = tshared.alloc
-    s1 = tshared.alloc
-    for t in tile.range(m, step=128, prefetch=2):
-        cp_async.shared.global(s1, X[t:t+128])
-        tbarrier()
-        if t > 0:
-            for i in range(128):
-                yv = alpha * s0[i] + tile.load(Y, index=t-128+i)
-                tile.store(Y, index=t-128+i, value=yv)
-        s0, s1 = s1, s0
-    tbarrier()
-'''
 
 
 def test_the_registered_backend_runs_three_schedules_in_both_modes():
@@ -52,15 +36,7 @@ def test_a_correct_kernel_gives_the_interpreters_bits_from_the_sweep():
 
 
 def test_seed_004s_race_is_a_schedule_dependent_result():
-    tp_axpy = kernel.from_source(PIPELINE)
-    rng = np.random.default_rng(2)
-    X = rng.standard_normal(1024).astype(np.float16)
-    Y0 = rng.standard_normal(1024).astype(np.float16)
-    out = {}
-    for mode in ("deferred", "eager"):
-        out[mode] = Y0.copy()
-        with backends.use(CudaCpuBackend("lockstep", mode)):
-            tp_axpy(X, out[mode], np.float16(2), grid=1, lanes=128)
+    tp_axpy, X, Y0, out = seed_pipeline()
     differ = np.flatnonzero(out["deferred"].view(np.uint16) != out["eager"].view(np.uint16))
     assert differ.size > 0
     Y = Y0.copy()
@@ -75,7 +51,8 @@ def test_seed_004s_race_is_a_schedule_dependent_result():
     assert np.array_equal(Y.view(np.uint16), out["deferred"].view(np.uint16))  # the first run's bits stay
 
 
-@pytest.mark.parametrize("schedule, cp_async", [((), "eager"), ("lockstep", []), (5, "eager"), ("lockstep", ("eager", 1))])
+@pytest.mark.parametrize("schedule, cp_async",
+                         [((), "eager"), ("lockstep", []), (5, "eager"), ("lockstep", ("eager", 1))])
 def test_an_empty_or_bad_list_of_runs_is_a_backend_error(schedule, cp_async):
     with pytest.raises(BackendError, match="is a name or a non-empty tuple of names"):
         CudaCpuBackend(schedule, cp_async)
