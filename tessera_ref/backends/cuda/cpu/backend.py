@@ -112,12 +112,16 @@ class CudaCpuBackend(RenderedBackend):
         build.gxx()  # no g++, or a host neither x86-64 nor AArch64: a BackendError now
         schedules, modes = _names(schedule, "schedule"), _names(cp_async, "cp.async mode")
         self.runs = tuple(harness.Options(s, m, memcheck=memcheck) for s in schedules for m in modes)
-        self.options = self.runs[0]
+        self._schedules, self._modes = ",".join(dict.fromkeys(schedules)), ",".join(dict.fromkeys(modes))
+
+    @property
+    def options(self) -> harness.Options:
+        """The first run's options (its memcheck is every run's)."""
+        return self.runs[0]
 
     def __repr__(self) -> str:
-        schedules = ",".join(dict.fromkeys(o.schedule for o in self.runs))
-        modes = ",".join(dict.fromkeys(o.cp_async for o in self.runs))
-        return f"<tessera backend 'cuda-cpu' schedule={schedules} cp_async={modes} memcheck={self.options.memcheck}>"
+        return (f"<tessera backend 'cuda-cpu' schedule={self._schedules} cp_async={self._modes} "
+                f"memcheck={self.options.memcheck}>")
 
     def communicator(self, mesh):
         raise BackendError(f"the cuda-cpu backend runs single-device programs; got a mesh {mesh}",
@@ -163,5 +167,4 @@ class CudaCpuBackend(RenderedBackend):
                 _same_bits(name, self.runs[0], run, args, bufs, arg_names)
         seconds = time.perf_counter() - start
         grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
-        return CpuLaunchReport(name, grid, launch.lanes, ",".join(dict.fromkeys(o.schedule for o in self.runs)),
-                               ",".join(dict.fromkeys(o.cp_async for o in self.runs)), switches, seconds)
+        return CpuLaunchReport(name, grid, launch.lanes, self._schedules, self._modes, switches, seconds)
