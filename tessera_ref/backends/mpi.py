@@ -10,12 +10,11 @@ mpi4py is imported when the transport is first opened, so the package imports wi
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
-from ..dist.world import mpi_started, world
+from ..dist.world import mpi_started, transport_name, world
 from ..errors import BackendError, TesseraError
 from .p2p import Transport, register_transport, timeout, world_transport
 
@@ -86,7 +85,7 @@ def _open_early() -> None:
     there, with no timeout). A failure here is raised again, with its fix, by the first collective;
     without an MPI runtime (torchrun) nothing starts here and making a mesh says why (MESH-MP-7)."""
     try:
-        if world().size > 1 and os.environ.get("TESSERA_TRANSPORT", "mpi") == "mpi" and mpi_started():
+        if world().size > 1 and transport_name() == "mpi" and mpi_started():
             world_transport("mpi")
     except TesseraError:
         return

@@ -44,7 +44,7 @@ import threading
 
 import numpy as np
 
-from ..dist.world import World, placement, world
+from ..dist.world import World, placement, transport_name, world
 from ..errors import BackendError
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import accum_op, to_accum
@@ -388,4 +388,4 @@ def mesh_communicator(mesh) -> P2PCommunicator:
     transport (``TESSERA_TRANSPORT``, default ``mpi``)."""
     if placement(mesh).single:
         return P2PCommunicator(mesh)
-    return P2PCommunicator(mesh, world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi")))
+    return P2PCommunicator(mesh, world_transport(transport_name()))

@@ -31,7 +31,8 @@ import numpy as np
 
 from ..errors import MeshError
 
-__all__ = ["World", "world", "Placement", "placement", "ENV_PAIRS", "MPI_VARIABLES", "mpi_started", "check_engine"]
+__all__ = ["World", "world", "Placement", "placement", "ENV_PAIRS", "MPI_VARIABLES", "mpi_started", "transport_name",
+           "check_engine"]
 
 #: (rank variable, size variable) pairs, in the order they are looked for.
 ENV_PAIRS = (("RANK", "WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"),
@@ -84,14 +85,19 @@ def mpi_started(env=None) -> bool:
     return any(v in env for v in MPI_VARIABLES)
 
 
+def transport_name(env=None) -> str:
+    """The transport collectives between processes run on: ``TESSERA_TRANSPORT``, default ``mpi``."""
+    env = os.environ if env is None else env
+    return env.get("TESSERA_TRANSPORT", "mpi")
+
+
 def check_engine(env=None) -> None:
     """MESH-MP-7: a :class:`MeshError` when ``RANK``/``WORLD_SIZE`` make a world of several
     processes whose collectives go over MPI (``TESSERA_TRANSPORT``, default ``mpi``) but no MPI
     runtime started this process — torchrun, say: its collectives could reach no other rank."""
     env = os.environ if env is None else env
     w = world(env)
-    if w.size == 1 or w.source != "RANK/WORLD_SIZE" or env.get("TESSERA_TRANSPORT", "mpi") != "mpi" \
-            or mpi_started(env):
+    if w.size == 1 or w.source != "RANK/WORLD_SIZE" or transport_name(env) != "mpi" or mpi_started(env):
         return
     seen = ", ".join(f"{v}={env[v]}" for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
                      if v in env)
