@@ -39,7 +39,6 @@ from __future__ import annotations
 import abc
 import math
 import os
-import pickle
 import threading
 
 import numpy as np
@@ -109,12 +108,6 @@ class Transport(abc.ABC):
         sizes = self.exchange({r: np.array([a.size], dtype=np.int64) for r, a in outgoing.items()},
                               {s: ((1,), np.int64) for s in sources})
         return self.exchange(outgoing, {s: ((int(n[0]),), dtype) for s, n in sizes.items()})
-
-    def exchange_objects(self, outgoing: dict, sources) -> dict:
-        """:meth:`exchange` for picklable objects."""
-        blobs = {r: np.frombuffer(pickle.dumps(o, protocol=pickle.HIGHEST_PROTOCOL), dtype=np.uint8)
-                 for r, o in outgoing.items()}
-        return {s: pickle.loads(b.tobytes()) for s, b in self.exchange_sized(blobs, sources, np.uint8).items()}
 
 
 class _OneProcess(Transport):

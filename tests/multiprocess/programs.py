@@ -4,6 +4,7 @@ the SHA-256 of its bits (or the bits themselves), which must not depend on the p
 from __future__ import annotations
 
 import hashlib
+import pickle
 import sys
 
 import numpy as np
@@ -22,6 +23,21 @@ def emit(name: str, value) -> None:
     value = np.ascontiguousarray(value)
     if world().rank == 0:
         print(name, value.dtype, value.shape, hashlib.sha256(value.tobytes()).hexdigest()[:16], flush=True)
+
+
+def _world_transport():
+    """This world's transport (the one the collectives use)."""
+    from tessera_ref.backends.p2p import world_transport
+    from tessera_ref.dist.world import transport_name
+    return world_transport(transport_name())
+
+
+def _at_rank_0(transport, value) -> dict:
+    """Every process's ``value`` (a picklable object), by rank, on rank 0 (empty elsewhere)."""
+    me, n = world().rank, world().size
+    blobs = {0: np.frombuffer(pickle.dumps(value), np.uint8)} if me else {}
+    got = transport.exchange_sized(blobs, [] if me else range(1, n), np.uint8)
+    return {me: value, **{r: pickle.loads(b.tobytes()) for r, b in got.items()}}
 
 
 def order() -> None:
@@ -60,9 +76,6 @@ def order_scatter() -> None:
 def scatter_bytes() -> None:
     """Bytes each process sends for a reduce_scatter of 4000 bytes (f32) and of 4000 bytes
     (bf16, 2000 elements) over one device per process, printed by rank 0 for every rank."""
-    import os
-
-    from tessera_ref.backends.p2p import world_transport
     n = world().size
     mesh = dist.Mesh(("r",), range(n))
     for policy, count in (("f32", 1000), (Policy("bf16", accum="f32"), 2000)):
@@ -71,14 +84,12 @@ def scatter_bytes() -> None:
         if n == 1:
             emit("scatter_bytes one process", dist.collective.reduce_scatter(x, axis="r", dim=0).numpy())
             continue
-        transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+        transport = _world_transport()
         before = transport.bytes_sent
         dist.collective.reduce_scatter(x, axis="r", dim=0)
         sent = transport.bytes_sent - before
-        me = world().rank
-        got = transport.exchange_objects({0: sent} if me else {}, [] if me else range(1, n))
-        got[me] = sent
-        if me == 0:
+        got = _at_rank_0(transport, sent)
+        if world().rank == 0:
             print("scatter_bytes sent", " ".join(str(got[r]) for r in range(n)), flush=True)
 
 
@@ -86,9 +97,6 @@ def exact_bytes() -> None:
     """Bytes each process sends to reduce-scatter and to all-reduce an exact pending sum (a K
     split matmul under ``reduction="exact"``, 48 x 40 sums, one device per process), and the
     digits in use per sum on each process; printed by rank 0 for every rank (MESH-MP-4)."""
-    import os
-
-    from tessera_ref.backends.p2p import world_transport
     n = world().size
     mesh = dist.Mesh(("r",), range(n))
     exact = Policy("f32", reduction="exact")
@@ -100,7 +108,7 @@ def exact_bytes() -> None:
         emit("exact_bytes reduce_scatter", scatter(c, axis="r", dim=0).numpy())
         emit("exact_bytes all_reduce", reduce(c, axis="r").numpy())
         return
-    transport = world_transport(os.environ.get("TESSERA_TRANSPORT", "mpi"))
+    transport = _world_transport()
     words = c.local.to_words()
     counts = [int(words[1] + 1 - words[0])]
     for name, collective in (("reduce_scatter", lambda: scatter(c, axis="r", dim=0)),
@@ -109,10 +117,8 @@ def exact_bytes() -> None:
         done = collective()
         counts.append(transport.bytes_sent - before)
         emit(f"exact_bytes {name}", done.numpy())
-    me = world().rank
-    got = transport.exchange_objects({0: counts} if me else {}, [] if me else range(1, n))
-    got[me] = counts
-    if me == 0:
+    got = _at_rank_0(transport, counts)
+    if world().rank == 0:
         for k, what in enumerate(("digits", "reduce_scatter", "all_reduce")):
             print("exact_bytes", what, " ".join(str(got[r][k]) for r in range(n)), flush=True)
 

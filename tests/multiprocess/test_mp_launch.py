@@ -6,8 +6,6 @@ import io
 import sys
 import time
 
-import pytest
-
 from _ranks import HERE, PROGRAMS, launch, mpiexec, one_process, run
 from tessera_ref.cli.launch import _forward
 
