@@ -170,3 +170,52 @@ def test_a_second_store_of_one_entry_leaves_one_entry_and_no_debris(monkeypatch,
     (entry,) = (tmp_path / "cuda").iterdir()
     C._store(entry, b)  # as a concurrent process finishing second would
     assert [p.name for p in (tmp_path / "cuda").iterdir()] == [entry.name]
+
+
+def _fake_install(root, files):
+    for rel in files:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+        path.chmod(0o755)
+
+
+def test_without_the_pinned_wheels_cuda_13_wheels_then_a_toolkit_are_used(monkeypatch, tmp_path):
+    site, kit = tmp_path / "site", tmp_path / "cuda"
+    monkeypatch.setattr(toolchain, "_nvidia_roots", lambda: [str(site / "nvidia")])
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
+    monkeypatch.setenv("CUDA_HOME", str(kit))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    toolchain._find.cache_clear()
+    try:
+        _fake_install(kit, ["include/cuda_fp16.h", "lib64/libnvrtc.so.13", "lib64/libnvrtc-builtins.so.13.0",
+                            "bin/cuobjdump", "bin/nvdisasm"])
+        found = toolchain.toolchain()
+        assert (found.source, found.nvrtc_lib.name, found.pinned) == ("toolkit", "libnvrtc.so.13", False)
+        assert found.cuobjdump == kit / "bin" / "cuobjdump"
+        assert toolchain.version_tag().startswith("toolkit;nvrtc=unknown;")  # an unloadable library: no version
+        _fake_install(site, ["nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cu13/include/cuda_fp16.h",
+                             "nvidia/cu13/bin/cuobjdump", "nvidia/cu13/bin/nvdisasm"])
+        toolchain._find.cache_clear()
+        found = toolchain.toolchain()
+        assert (found.source, found.include_dir) == ("cuda13-wheels", site / "nvidia" / "cu13" / "include")
+        _fake_install(site, ["nvidia/cuda_nvrtc/lib/libnvrtc.so.12", "nvidia/cuda_runtime/include/cuda_fp16.h"])
+        toolchain._find.cache_clear()
+        assert toolchain.toolchain().source == "pinned" and toolchain.toolchain().pinned
+        assert toolchain.version_tag().startswith("nvidia-cuda-nvrtc-cu12=")  # the pinned cache keys are unchanged
+    finally:
+        toolchain._find.cache_clear()
+
+
+def test_a_missing_toolchain_says_what_each_place_lacks(monkeypatch, tmp_path):
+    monkeypatch.setattr(toolchain, "_nvidia_roots", lambda: [])
+    monkeypatch.setattr(toolchain.shutil, "which", lambda name: None)
+    monkeypatch.setattr(toolchain, "_toolkit", lambda: None)
+    toolchain._find.cache_clear()
+    try:
+        with pytest.raises(toolchain.ToolchainError) as info:
+            toolchain.toolchain()
+        assert "pinned: no libnvrtc" in info.value.what and "cuda13-wheels: no libnvrtc" in info.value.what
+        assert "CUDA_HOME" in info.value.what and "CUDA_HOME" in info.value.fix
+    finally:
+        toolchain._find.cache_clear()

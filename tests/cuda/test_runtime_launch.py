@@ -82,6 +82,8 @@ class _FakeCupy:
 
     @staticmethod
     def asarray(host):
+        if np.asarray(host).dtype.type.__module__ != "numpy":  # CuPy 14: "Unsupported dtype float8_e5m2"
+            raise ValueError(f"Unsupported dtype {np.asarray(host).dtype}")
         return _Array(host)
 
 
