@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 import tessera_ref as t  # noqa: E402
 from tessera_ref import op  # noqa: E402
 from tessera_ref.backends.cuda.compile import build  # noqa: E402
+from tessera_ref.backends.cuda.runtime import device_bits  # noqa: E402
 from tessera_ref.backends.cuda.source import render  # noqa: E402
 from tessera_ref.ir import tile as T  # noqa: E402
 from tessera_ref.lowering import lower  # noqa: E402
@@ -140,11 +141,6 @@ def _best_ms(cp, launch, repeat: int) -> float:
     return best
 
 
-def _bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind not in "biuf" else a
-
-
 def _ours(cp, arch, fn, args, directives):
     """A launcher of the case's kernel on device copies of ``args`` (no host traffic)."""
     program, func = _single_kernel(fn, args, directives)
@@ -155,8 +151,8 @@ def _ours(cp, arch, fn, args, directives):
     kernel = cp.RawModule(path=path).get_function(func.attributes["sym_name"])
     outs = [r.type for r in program.func.regions[0].entry.last_op.operands]
     host = [np.asarray(getattr(a, "data", a)) for a in args]
-    buffers = [cp.asarray(_bits(h)) for h in host]
-    buffers += [cp.empty(int(np.prod(o.shape)), dtype=_bits(np.zeros(1, o.dtype)).dtype) for o in outs]
+    buffers = [cp.asarray(device_bits(h)) for h in host]
+    buffers += [cp.empty(int(np.prod(o.shape)), dtype=device_bits(np.zeros(1, o.dtype)).dtype) for o in outs]
     smem = T.shared_layout(func)[1]
     if smem > 48 * 1024:
         kernel.max_dynamic_shared_size_bytes = smem
@@ -173,7 +169,7 @@ def _cublas_bf16(cp, a, b):
 
     M, K = a.shape
     N = b.shape[1]
-    A, B = cp.asarray(_bits(a)), cp.asarray(_bits(b))
+    A, B = cp.asarray(device_bits(a)), cp.asarray(device_bits(b))
     C = cp.empty((M, N), dtype=cp.float32)
     one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
     handle = cp.cuda.device.get_cublas_handle()

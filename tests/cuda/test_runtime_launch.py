@@ -112,7 +112,8 @@ def _bits(a):
     return a.view(f"u{a.dtype.itemsize}")
 
 
-@pytest.mark.parametrize("name", ["softmax", "elementwise_bf16", "elementwise_e4m3", "matmul_f32", "layernorm"])
+@pytest.mark.parametrize("name", ["softmax", "elementwise_bf16", "elementwise_e4m3", "matmul_f32", "layernorm",
+                                  "softmax_e5m2", "cast_e5m2_e4m3_rdown"])
 def test_a_program_through_the_launch_contract_gives_the_interpreters_bits(fake_cuda, name):
     backend, calls = fake_cuda
     program, inputs, want = on_the_interpreter(name, 5)

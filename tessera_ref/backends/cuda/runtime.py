@@ -36,7 +36,7 @@ from .report import ARCH_LIMITS
 from .source import render
 from .toolchain import INSTALL_FIX
 
-__all__ = ["CudaBackend", "RenderedBackend", "CudaLaunchReport", "arch_of", "DYNAMIC_SMEM"]
+__all__ = ["CudaBackend", "RenderedBackend", "CudaLaunchReport", "arch_of", "device_bits", "DYNAMIC_SMEM"]
 
 #: The kernel attribute holding its dynamic shared memory in bytes (0 when absent).
 DYNAMIC_SMEM = "launch.dynamic_smem"
@@ -87,10 +87,11 @@ def _cupy():
     return cupy
 
 
-def _bits(a: np.ndarray) -> np.ndarray:
-    """``a`` as unsigned integers of its width when NumPy has no kind for it (bf16, fp8:
-    ml_dtypes' types, which CuPy lacks); the bits are what moves."""
-    return a.view(f"u{a.dtype.itemsize}") if a.dtype.kind not in "biuf" else a
+def device_bits(a: np.ndarray) -> np.ndarray:
+    """``a`` as unsigned integers of its width when its dtype is not NumPy's own (bf16 and the
+    fp8 formats are ml_dtypes' types, which CuPy lacks — float8_e5m2 even has kind ``f``);
+    the bits are what moves."""
+    return a if a.dtype.type.__module__ == "numpy" else a.view(f"u{a.dtype.itemsize}")
 
 
 class RenderedBackend(Backend):
@@ -158,12 +159,12 @@ class CudaBackend(RenderedBackend):
                 for d, n in zip(t.shape, host.shape):
                     if isinstance(d, str):
                         sizes.setdefault(d, n)
-                device[pname] = (value, cp.asarray(_bits(host)))
+                device[pname] = (value, cp.asarray(device_bits(host)))
                 args.append(device[pname][1])
             else:
                 dtype = (np.dtype(np.int64) if isinstance(t, IndexType) else np.dtype(np.bool_)
                          if isinstance(t, TensorType) else np.dtype(t.format.dtype))
-                args.append(_bits(np.asarray(value, dtype=dtype).reshape(1))[0])
+                args.append(device_bits(np.asarray(value, dtype=dtype).reshape(1))[0])
         args += [np.int64(sizes[s]) for s in attrs.get("tile.sizes", {})]
         fn, report = self._function(launch.module, name)
         dynamic = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
@@ -174,7 +175,7 @@ class CudaBackend(RenderedBackend):
         cp.cuda.Device().synchronize()
         for pname in mut:
             value, buf = device[pname]
-            _bits(value)[...] = buf.get().reshape(value.shape)
+            device_bits(value)[...] = buf.get().reshape(value.shape)
         return CudaLaunchReport(name, grid, launch.lanes, self.arch, report.registers, report.shared_bytes, dynamic)
 
     def autotune(self, variants, problem: dict, preset="H100", **options):
