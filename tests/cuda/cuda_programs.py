@@ -1,82 +1,13 @@
-"""Shared pieces of the CUDA compile-proof tests: the toolchain skip and the library programs."""
-import ml_dtypes
-import numpy as np
+"""Shared pieces of the CUDA compile-proof tests: the toolchain skip and the library programs
+(tessera_ref.gpucheck.programs: the GPU check runs the same ones)."""
 import pytest
 
-import tessera_ref as t
-from tessera_ref import backends, op
 from tessera_ref.backends.cuda import toolchain
-from tessera_ref.lowering import lower
-from tessera_ref.numerics import Policy
+from tessera_ref.gpucheck.programs import LIBRARY, TC_GEMMS, lowered, on_the_interpreter  # noqa: F401
 
 needs_toolchain = pytest.mark.skipif(
     not toolchain.available(),
     reason=f"needs the CUDA compile-only wheels (NVRTC, runtime headers, cuobjdump): {toolchain.INSTALL_FIX}")
-
-F32 = np.ones((64, 64), np.float32)
-F64 = np.ones((64, 64), np.float64)
-BF16 = np.ones((64, 64), ml_dtypes.bfloat16)
-E4M3 = np.ones((64, 64), ml_dtypes.float8_e4m3fn)
-E5M2 = np.ones((8, 64), ml_dtypes.float8_e5m2)
-BATCH = np.ones((2, 64, 32), np.float32)
-
-#: name -> (function, example arguments, directives): a kernel of every library family.
-LIBRARY = {
-    "matmul_f32": (lambda a, b: op.matmul(a, b), (F32, F32), dict(tile=(32, 32, 16), stages=3, padding=1)),
-    "matmul_f32_swizzle": (lambda a, b: op.matmul(a, b), (F32, F32), dict(tile=(32, 32, 16), stages=3,
-                                                                            swizzle="xor")),
-    "gemm_f32_sync": (lambda a, b, c: op.gemm(a, b, c), (F32, F32, F32), dict(async_copy=False)),
-    "matmul_bf16": (lambda a, b: op.matmul(a, b), (BF16, BF16), dict(tile=(32, 32, 16), stages=2)),
-    "matmul_fp8": (lambda a, b: op.matmul(a, b), (E4M3, E4M3), dict(tile=(32, 32, 16), stages=2)),
-    "matmul_batched": (lambda a, b: op.matmul(a, b), (BATCH, np.ones((2, 32, 64), np.float32)), {}),
-    "matmul_transposed": (lambda a, b: op.matmul(a, b, transpose_a=True, transpose_b=True), (F32, F32), {}),
-    "softmax": (lambda x: op.softmax(x), (F32,), {}),
-    "softmax_e5m2": (lambda x: op.softmax(x), (E5M2,), {}),
-    "layernorm": (lambda x: op.layernorm_safe(x), (F32,), {}),
-    "rmsnorm": (lambda x: op.rmsnorm_safe(x), (F32,), {}),
-    "sum": (lambda x: op.sum(x, axis=-1), (F32,), {}),
-    "max": (lambda x: op.max(x, axis=-1), (F32,), {}),
-    "mean_axis0": (lambda x: op.mean(x, axis=0), (F32,), {}),
-    "elementwise_f32": (lambda a, b: op.maximum(a, b) * 2.0 - a, (F32, F32), dict(vectorize=4)),
-    "elementwise_bf16": (lambda a, b: a * b + a, (BF16, BF16), {}),
-    "elementwise_e4m3": (lambda a, b: a + b, (E4M3, E4M3), {}),
-    "cast_f32_bf16": (lambda x: op.cast(x, "bf16"), (F32,), dict(vectorize=4)),
-    "cast_f32_e4m3_rtz_saturate": (lambda x: op.cast(x, "fp8_e4m3", rounding="rtz", overflow="saturate"), (F32,), {}),
-    "cast_f64_f32_rup": (lambda x: op.cast(x, "f32", rounding="rup"), (F64,), {}),
-    "cast_bf16_f32": (lambda x: op.cast(x, "f32"), (BF16,), {}),
-    "cast_e4m3_f16": (lambda x: op.cast(x, "f16"), (E4M3,), {}),
-    "cast_e5m2_e4m3_rdown": (lambda x: op.cast(x, "fp8_e4m3", rounding="rdown"), (E5M2,), {}),
-    "cast_bf16_e4m3_stochastic": (lambda x: op.cast(x, "fp8_e4m3", rounding="stochastic", seed=5), (BF16,), {}),
-    "add_bf16_stochastic": (lambda a, b: op.add(a, b, seed=6), (t.asarray(BF16, policy=Policy("bf16", rounding="stochastic")),) * 2, {}),
-    "cast_fused": (lambda x, s: op.cast(op.cast(x, "f32") * s, "fp8_e5m2", overflow="saturate"), (BF16, F32), {}),
-    "rand_f32": (lambda x: op.rand((64, 64), seed=7, stream=1) + x, (F32,), {}),
-    "rand_f64": (lambda: op.rand((64, 64), seed=7, dtype="f64"), (), {}),
-    "rand_bf16_rtz": (lambda: op.rand((64, 64), seed=7, dtype=Policy("bf16", rounding="rtz")), (), {}),
-    "dropout_f32": (lambda x: op.dropout(x, 0.1, seed=3), (F32,), {}),
-    "dropout_bf16": (lambda x: op.dropout(x, 0.5, seed=3), (BF16,), dict(vectorize=4)),
-    "attention": (lambda q, k, v: op.flash_attention(q, k, v, block_k=32), (F32, F32, F32), dict(stages=1)),
-    "attention_causal": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32), (F32, F32, F32),
-                         dict(stages=3, padding=1)),
-    "attention_bf16": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=32),
-                       (BF16, BF16, BF16), dict(stages=2)),
-}
-
-
-def lowered(name):
-    fn, args, directives = LIBRARY[name]
-    return lower(t.jit(fn).trace(*args), directives or None)
-
-
-def on_the_interpreter(name, seed):
-    """``(program, inputs, want)``: library program ``name`` lowered, random inputs of its
-    example arguments' shapes and formats, and its results on the interpreter backend."""
-    program = lowered(name)
-    rng = np.random.default_rng(seed)
-    inputs = [rng.standard_normal(a.shape).astype(a.dtype) for a in LIBRARY[name][1]]
-    with backends.use("interp"):
-        want, _ = program.run(*inputs)
-    return program, inputs, want
-
 
 #: (kernel name, what fails today) -> why: empty since the attention fragments are register
 #: micro-tiles (the entries of a kernel that regresses go here, with the reason)
