@@ -16,7 +16,8 @@ import tessera_ref
 #: form one unit; imports inside a unit are free. ``backends.*`` is one unit per executor under
 #: ``backends/`` (cuda, mpi, …); ``backends`` itself is the interfaces (``__init__``, ``base``) and
 #: what every executor's communicator builds on (``p2p``: the collectives over any transport).
-#: The top is the application: the ``cli`` package and the top-level modules (``__init__``:
+#: ``gpucheck`` (``tessera-ref gpu-check``) drives the executors and the interpreter against each
+#: other, so it sits above them. The top is the application: the ``cli`` package and the top-level modules (``__init__``:
 #: the package ``tessera_ref`` itself) — one unit, as the command runs the demo and user files.
 LAYERS = [
     ["errors", "context"],
@@ -30,6 +31,7 @@ LAYERS = [
     ["lowering"],
     [("backends", "backends.base", "backends.registry", "backends.p2p")],
     ["interp", "backends.*"],
+    ["gpucheck"],
     [("cli", "__init__", "__main__", "op", "graph", "demo", "runner")],
 ]
 

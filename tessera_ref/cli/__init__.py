@@ -7,12 +7,12 @@ import os
 import sys
 
 from .. import __version__
-from . import backends, conformance, cuda, demo, formats, launch, ops, run, sim
+from . import backends, conformance, cuda, demo, formats, gpu_check, launch, ops, run, sim
 
 __all__ = ["main", "build_parser"]
 
 #: The subcommands, in the order ``--help`` lists them.
-COMMANDS = (formats, ops, run, demo, sim, backends, conformance, cuda, launch)
+COMMANDS = (formats, ops, run, demo, sim, backends, conformance, cuda, gpu_check, launch)
 
 
 def build_parser() -> argparse.ArgumentParser:

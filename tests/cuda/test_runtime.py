@@ -55,40 +55,20 @@ def test_device_bits_equal_the_interpreter(name):
         assert np.array_equal(_bits(g), _bits(w)), name
 
 
-MATH_KERNEL = r"""
-#include "tessera_device.cuh"
-extern "C" __global__ void math_f32(const float* x, float* y, int fn, long n) {
-  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float v = x[i];
-  float r;
-  switch (fn) {
-    case 0: r = tsr_exp(v); break;      case 1: r = tsr_expm1(v); break;  case 2: r = tsr_log(v); break;
-    case 3: r = tsr_sin(v); break;      case 4: r = tsr_cos(v); break;    case 5: r = tsr_tanh(v); break;
-    case 6: r = tsr_erf(v); break;      case 7: r = tsr_erfc(v); break;   case 8: r = tsr_sigmoid(v); break;
-    case 9: r = tsr_silu(v); break;     case 10: r = tsr_gelu(v); break;  case 11: r = tsr_gelu_tanh(v); break;
-    default: r = tsr_rsqrt(v);
-  }
-  y[i] = r;
-}
-"""
-
-
 @pytest.mark.gpu
 @needs_toolchain
 def test_device_math_is_the_interpreters_on_every_16_bit_input(tmp_path):
     import cupy
-    import ml_dtypes
     from tessera_ref.backends.cuda.compile import build
     from tessera_ref.backends.cuda.runtime import arch_of as arch
     from tessera_ref.ir.tile import MATH_FNS
     from tessera_ref.ops.exact import math_in_accum
+    from tessera_ref.gpucheck.mathbits import MATH_KERNEL, sixteen_bit_inputs
     b = build(MATH_KERNEL, arch(cupy.cuda.Device().compute_capability))
     path = tmp_path / "math.cubin"
     path.write_bytes(b.cubin)
     kernel = cupy.RawModule(path=str(path)).get_function("math_f32")
-    codes = np.arange(1 << 16, dtype=np.uint16)
-    x = np.concatenate([codes.view(np.float16).astype(np.float32), codes.view(ml_dtypes.bfloat16).astype(np.float32)])
+    x = sixteen_bit_inputs()
     dx = cupy.asarray(x)
     for i, name in enumerate(MATH_FNS):
         dy = cupy.empty_like(dx)

@@ -14,86 +14,17 @@ through ``m16n8k32`` on sm_90. Not covered yet: f16 accumulation, sm_70's ``m8n8
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from tessera_ref.backends.cuda.compile import build
-from tessera_ref.backends.cuda.runtime import arch_of
+from tessera_ref.gpucheck import mma
+from tessera_ref.gpucheck.device import Context
 from tessera_ref.numerics import tc
 
 from cuda_programs import needs_toolchain
 
-KERNELS = r"""
-#include "tessera_device.cuh"
-__device__ __forceinline__ unsigned tsr_pack2(unsigned short lo, unsigned short hi) {
-    return (unsigned)lo | ((unsigned)hi << 16);
-}
-
-#define TSR_TC_KERNEL(NAME, MMA)                                                               \
-extern "C" __global__ void NAME(const unsigned short* A, const unsigned short* B,              \
-                                const float* C, float* D, int N, int K) {                       \
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;                                   \
-    int r0 = blockIdx.x * 16 + g, r1 = r0 + 8, col = blockIdx.y * 8 + 2 * t;                    \
-    float c[4] = {C[r0 * N + col], C[r0 * N + col + 1], C[r1 * N + col], C[r1 * N + col + 1]};  \
-    int n = blockIdx.y * 8 + g;                                                                 \
-    for (int k0 = 0; k0 < K; k0 += 16) {                                                        \
-        int k = k0 + 2 * t;                                                                     \
-        unsigned a[4] = {tsr_pack2(A[r0 * K + k], A[r0 * K + k + 1]),                           \
-                         tsr_pack2(A[r1 * K + k], A[r1 * K + k + 1]),                           \
-                         tsr_pack2(A[r0 * K + k + 8], A[r0 * K + k + 9]),                       \
-                         tsr_pack2(A[r1 * K + k + 8], A[r1 * K + k + 9])};                      \
-        unsigned b[2] = {tsr_pack2(B[k * N + n], B[(k + 1) * N + n]),                           \
-                         tsr_pack2(B[(k + 8) * N + n], B[(k + 9) * N + n])};                    \
-        MMA(c, a, b, c);                                                                        \
-    }                                                                                           \
-    D[r0 * N + col] = c[0]; D[r0 * N + col + 1] = c[1];                                         \
-    D[r1 * N + col] = c[2]; D[r1 * N + col + 1] = c[3];                                         \
-}
-
-TSR_TC_KERNEL(tsr_tc_mma_bf16, tsr_mma_m16n8k16_bf16)
-TSR_TC_KERNEL(tsr_tc_mma_f16, tsr_mma_m16n8k16_f16)
-"""
-
-#: m16n8k32 with fp8 inputs (sm_89+): A a0..a3 = (g, 4t..4t+3), a4..a7 = (g+8, …),
-#: a8..a15 the same at columns +16; B b0..b3 = (k = 4t..4t+3, n = g), b4..b7 = k + 16; one
-#: byte per element, the lowest k in the lowest byte.
-FP8_KERNELS = r"""
-__device__ __forceinline__ unsigned tsr_pack4(unsigned char e0, unsigned char e1, unsigned char e2,
-                                              unsigned char e3) {
-    return (unsigned)e0 | ((unsigned)e1 << 8) | ((unsigned)e2 << 16) | ((unsigned)e3 << 24);
-}
-
-#define TSR_TC8_KERNEL(NAME, MMA)                                                              \
-extern "C" __global__ void NAME(const unsigned char* A, const unsigned char* B,                \
-                                const float* C, float* D, int N, int K) {                       \
-    int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;                                   \
-    int r0 = blockIdx.x * 16 + g, r1 = r0 + 8, col = blockIdx.y * 8 + 2 * t;                    \
-    float c[4] = {C[r0 * N + col], C[r0 * N + col + 1], C[r1 * N + col], C[r1 * N + col + 1]};  \
-    int n = blockIdx.y * 8 + g;                                                                 \
-    for (int k0 = 0; k0 < K; k0 += 32) {                                                        \
-        int k = k0 + 4 * t;                                                                     \
-        const unsigned char *p0 = A + r0 * K + k, *p1 = A + r1 * K + k;                         \
-        unsigned a[4] = {tsr_pack4(p0[0], p0[1], p0[2], p0[3]), tsr_pack4(p1[0], p1[1], p1[2], p1[3]), \
-                         tsr_pack4(p0[16], p0[17], p0[18], p0[19]),                             \
-                         tsr_pack4(p1[16], p1[17], p1[18], p1[19])};                            \
-        unsigned b[2] = {tsr_pack4(B[k * N + n], B[(k + 1) * N + n], B[(k + 2) * N + n], B[(k + 3) * N + n]), \
-                         tsr_pack4(B[(k + 16) * N + n], B[(k + 17) * N + n], B[(k + 18) * N + n],  \
-                                   B[(k + 19) * N + n])};                                       \
-        MMA(c, a, b, c);                                                                        \
-    }                                                                                           \
-    D[r0 * N + col] = c[0]; D[r0 * N + col + 1] = c[1];                                         \
-    D[r1 * N + col] = c[2]; D[r1 * N + col + 1] = c[3];                                         \
-}
-
-TSR_TC8_KERNEL(tsr_tc_mma_fp8_e4m3, tsr_mma_m16n8k32_e4m3)
-TSR_TC8_KERNEL(tsr_tc_mma_fp8_e5m2, tsr_mma_m16n8k32_e5m2)
-"""
-
-DTYPES = {"bf16": ml_dtypes.bfloat16, "f16": np.float16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,
-          "fp8_e5m2": ml_dtypes.float8_e5m2}
-#: compute capability -> the model of NUM-TC-1 (other architectures have none yet)
-MODELS = {(8, 0): "tc:sm80", (9, 0): "tc:sm90"}
+DTYPES, FP8_KERNELS, KERNELS, MODELS = mma.DTYPES, mma.FP8_KERNELS, mma.KERNELS, mma.MODELS
 
 
 @needs_toolchain
@@ -122,21 +53,8 @@ def _device_model():
 
 
 def _on_device(cupy, fmt: str, a, b, c, tmp_path):
-    M, K = a.shape
-    N = b.shape[1]
-    fp8 = fmt.startswith("fp8")
-    arch = arch_of(cupy.cuda.Device().compute_capability)
-    cubin = tmp_path / f"tc_{arch}_{fmt}.cubin"
-    if not cubin.exists():
-        cubin.write_bytes(build(KERNELS + FP8_KERNELS if fp8 else KERNELS, arch).cubin)
-    kernel = cupy.RawModule(path=str(cubin)).get_function(f"tsr_tc_mma_{fmt}")
-    codes = np.uint8 if fp8 else np.uint16
-    A = cupy.asarray(np.ascontiguousarray(a).view(codes))
-    B = cupy.asarray(np.ascontiguousarray(b).view(codes))
-    C = cupy.asarray(np.ascontiguousarray(c, dtype=np.float32))
-    D = cupy.empty((M, N), dtype=cupy.float32)
-    kernel((M // 16, N // 8), (32,), (A, B, C, D, np.int32(N), np.int32(K)))
-    return cupy.asnumpy(D)
+    ctx = Context(dry_run=False, quick=False, out=str(tmp_path))
+    return mma.on_device(ctx, mma.kernel_of(ctx, fmt), fmt, a, b, c)
 
 
 def _assert_model_bits(got, want, what, bound=None):
@@ -154,29 +72,7 @@ def _assert_model_bits(got, want, what, bound=None):
                            f"{g[bad[0]]:08x}, model {w[bad[0]]:08x}")
 
 
-def _targeted(fmt: str, K: int):
-    """One (A, B) pair per hand vector of tests/test_tc.py: every row of A is the vector's
-    a (zero-padded to K), column 0 of B its b, the other columns zero."""
-    T = 2.0 ** -12
-    rows = [
-        ([T, T, 1.0], [T, T, 1.0]),                                   # extra alignment bits
-        ([2.0 ** -13] * 3 + [1.0], [2.0 ** -12] * 3 + [1.0]),         # truncation below the grid
-        ([1.5 * T, 1.0], [2.0 ** -11, 1.0]),                          # toward zero, not to nearest
-        ([-1.5 * T, -1.0], [2.0 ** -11, 1.0]),
-        ([2.0 ** -8] * 4 + [1.0, 32.0], [2.0 ** -7] * 4 + [1.0, 32.0]),  # swamping
-        ([1.0, -1.0, 2.0 ** -15], [1.0, 1.0, 2.0 ** -15]),            # cancellation
-        ([2.0 ** -13] * 8 + [1.0], [2.0 ** -13] * 8 + [1.0]),         # blocks of 8 vs 16
-        ([2.0 ** -24, 2.0 ** -14], [2.0 ** 10, 1.5 * 2.0 ** -14]),    # subnormal input exponent
-        ([-0.0], [1.0]),                                              # signed zeros
-        ([np.inf, 1.0], [0.0, 1.0]),                                  # 0·inf
-        ([np.inf, 1.0], [1.0, -np.inf]),                              # +inf and -inf
-    ]
-    for ra, rb in rows:
-        a = np.zeros((16, K))
-        a[:, :len(ra)] = ra
-        b = np.zeros((K, 8))
-        b[:len(rb), 0] = rb
-        yield a.astype(DTYPES[fmt]), b.astype(DTYPES[fmt])
+_targeted = mma.targeted
 
 
 @pytest.mark.gpu
