@@ -19,7 +19,7 @@ def validate(report: dict) -> dict:
             raise UsageError(f"not a {SCHEMA} report: {what}", fix="run `tessera-ref gpu-check` to write one")
     need(isinstance(report, dict) and report.get("schema") == SCHEMA, f"schema is {report.get('schema')!r}"
          if isinstance(report, dict) else "not a JSON object")
-    for key, kind in (("mode", str), ("dry_run", bool), ("started", str), ("seconds", (int, float)),
+    for key, kind in (("mode", str), ("dry_run", bool), ("complete", bool), ("started", str), ("seconds", (int, float)),
                       ("environment", dict), ("stages", list), ("status", str), ("files", list)):
         need(isinstance(report.get(key), kind), f"{key!r} missing or not {getattr(kind, '__name__', kind)}")
     need(report["mode"] in ("full", "quick"), f"mode {report['mode']!r}")
@@ -63,7 +63,8 @@ def summary_markdown(report: dict) -> str:
     title = "GPU check (dry run: the CUDA-on-CPU harness stands in for the GPU)" if report["dry_run"] else "GPU check"
     lines = [f"# {title}: {env.get('device', '?')}, {report['started'][:10]}", "",
              f"`tessera-ref gpu-check{' --quick' if report['mode'] == 'quick' else ''}"
-             f"{' --dry-run' if report['dry_run'] else ''}`: **{report['status']}** in {report['seconds']:.0f} s.", ""]
+             f"{' --dry-run' if report['dry_run'] else ''}`: **{report['status']}** in {report['seconds']:.0f} s"
+             f"{'' if report['complete'] else ' (cut short: the stages below are those that ended)'}.", ""]
     if env:
         lines += [f"- {env.get('detail', '')}", f"- Python {env.get('python')}, NumPy {env.get('numpy')}, "
                   f"NCCL {env.get('nccl')}, PyTorch {env.get('torch') or 'not installed'}, compute-sanitizer "

@@ -139,17 +139,24 @@ def run_check(out, quick: bool = False, dry_run: bool = False, only=None, jobs: 
         stages.append({"name": st.name, "what": st.what, "status": status, "seconds": seconds, "budget": budget,
                        "items": results})
         echo(f"{st.name:<12} {status:<5} {seconds:6.1f} s  {note}")
+        _write(out, started, clock, quick, dry_run, env, stages, final=False)
+    return _write(out, started, clock, quick, dry_run, env, stages, final=True)
+
+
+def _write(out: Path, started, clock, quick, dry_run, env, stages, final: bool) -> dict:
+    """The report so far (after every stage, so a run cut short still leaves one); the last
+    call also merges the tensor-core cases into one file."""
     stamp = started.strftime("%Y-%m-%d")
     slug = env.get("device_slug", "device")
     base = f"gpu-{slug}-{stamp}"
     files = [f"{base}.json", f"{base}.md"]
-    mma = _merge_mma(out, f"mma-{slug}-{stamp}.npz")
+    mma = _merge_mma(out, f"mma-{slug}-{stamp}.npz") if final else None
     files += [mma] if mma else []
     report = {"schema": SCHEMA, "mode": "quick" if quick else "full", "dry_run": dry_run,
               "started": started.isoformat(timespec="seconds"), "seconds": round(time.monotonic() - clock, 1),
               "environment": {k: v for k, v in env.items() if k not in ("name", "status", "seconds")},
               "stages": stages, "status": "fail" if any(s["status"] == "fail" for s in stages) else "pass",
-              "files": files}
+              "complete": final, "files": files}
     validate(report)
     (out / files[0]).write_text(json.dumps(report, indent=1) + "\n")
     (out / files[1]).write_text(summary_markdown(report))

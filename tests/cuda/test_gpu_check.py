@@ -31,7 +31,7 @@ def test_the_quick_dry_run_runs_every_stage_and_writes_a_valid_report(tmp_path):
     done, rep, path = _dry_run(tmp_path, "--quick")
     lines = done.stdout.splitlines()
     assert [ln.split()[0] for ln in lines[:len(STAGES)]] == [s.name for s in STAGES], done.stdout
-    assert (rep["mode"], rep["dry_run"]) == ("quick", True)
+    assert (rep["mode"], rep["dry_run"], rep["complete"]) == ("quick", True, True)
     statuses = {st["name"]: st["status"] for st in rep["stages"]}
     assert statuses["sanitizers"] == "skipped" and statuses["nccl"] == "skipped"  # not in --quick; no NCCL
     assert all(statuses[s] == "pass" for s in ("environment", "bits", "numerics", "tc", "speed")), done.stdout
@@ -86,7 +86,8 @@ def test_a_stage_budget_stops_running_items_and_never_starts_the_rest(monkeypatc
 # -- the report -------------------------------------------------------------------------------
 
 def _minimal():
-    return {"schema": report.SCHEMA, "mode": "full", "dry_run": False, "started": "2026-11-28T00:00:00+00:00",
+    return {"schema": report.SCHEMA, "mode": "full", "dry_run": False, "complete": True,
+            "started": "2026-11-28T00:00:00+00:00",
             "seconds": 1.0, "environment": {}, "status": "pass", "files": [],
             "stages": [{"name": "bits", "status": "pass", "seconds": 1.0, "items": [{"name": "x", "status": "pass"}]}]}
 
