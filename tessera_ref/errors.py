@@ -252,3 +252,13 @@ class AutotuneError(TesseraError, ValueError):
 
 class BackendError(TesseraError, RuntimeError):
     """An unknown or broken backend, or an executor that cannot run what it was given."""
+
+
+class CacheError(TesseraError, RuntimeError):
+    """A cache directory the library will not load code or records from (another user could
+    write it) or cannot create; the message names the directory, its owner and mode."""
+
+
+class CacheWarning(UserWarning):
+    """A damaged or foreign cache entry or autotune record that was ignored and rebuilt, or a
+    cache that could not be written; the message names the file and what was wrong."""

@@ -18,15 +18,18 @@ Two entry points share one sweep engine (:func:`sweep`):
 The sweep prints one line per configuration to stderr (``progress=False`` to silence it;
 no progress-bar dependency), picks the fastest accepted configuration (the first of equal
 times, in space order), and caches the outcome keyed by the problem, the preset and the
-space: in-process, and in a JSON file in ``$TESSERA_CACHE_DIR`` (default
-``~/.cache/tessera_ref``) unless ``cache=False``. A cached result is returned with
-``cached=True`` and nothing is re-run.
+space: in-process, and in ``autotune.json`` in :func:`tessera_ref.cache.directory` unless
+``cache=False`` (LOWER-TUNE-6: records checked on read, a bad one ignored with one
+:class:`~tessera_ref.errors.CacheWarning`; stores under a lock). A cached result is returned
+with ``cached=True`` and no sweep is re-run; a winner read from the file is first checked
+again (``verify``, LOWER-TUNE-4), and one that fails is swept again.
 """
 from __future__ import annotations
 
 import hashlib
 import itertools
 import json
+import math
 import os
 import sys
 import warnings
@@ -34,8 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import cache as disk
 from .. import context
-from ..errors import AutotuneError, AutotuneWarning, TesseraError, user_location
+from ..errors import AutotuneError, AutotuneWarning, CacheError, TesseraError, user_location
 from ..ir import Module, Operation
 from ..ir import schedule as S
 from ..ir import tile as T
@@ -91,39 +95,86 @@ def _fmt(config: dict) -> str:
 
 def cache_path() -> str:
     """The JSON file of cached sweeps (``$TESSERA_CACHE_DIR/autotune.json``)."""
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tessera_ref")
-    return os.path.join(root, "autotune.json")
+    return str(disk.root() / _FILE)
+
+
+_FILE, _LOCK_FILE = "autotune.json", "autotune.lock"
+#: The largest records file read (a bigger one is ignored with a warning).
+_FILE_BYTES = 64 << 20
 
 
 def clear_cache() -> None:
     """Forget every cached sweep (in-process and on disk)."""
     _MEMORY.clear()
-    path = cache_path()
-    if os.path.exists(path):
-        os.remove(path)
+    folder = disk.directory()
+    with disk.locked(folder / _LOCK_FILE):
+        try:
+            os.remove(folder / _FILE)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise CacheError(f"cannot remove the autotune records {folder / _FILE}: {exc.strerror}",
+                             fix=f"remove it by hand, or set {disk.ENV} to another directory") from None
 
 
-def _load_disk() -> dict:
-    try:
-        with open(cache_path(), encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
+def _load_disk(folder) -> dict:
+    """The records of ``folder``'s file: ``{}`` when there is none, and with one CacheWarning
+    when it is not a JSON object in a file of the user's that nobody else can write."""
+    file = folder / _FILE
+    data, why = disk.read_private(file, limit=_FILE_BYTES)
+    if data is None and why == disk.MISSING:
         return {}
+    try:
+        records = json.loads(data) if data is not None else None
+    except ValueError:
+        records, why = None, "is not JSON"
+    if not isinstance(records, dict):
+        disk.warn_once(str(file), f"the autotune records {file} {why or 'are not a JSON object'}: they are ignored "
+                                   f"(sweeps run again and rewrite the file)")
+        return {}
+    return records
 
 
 def _store_disk(key: str, record: dict) -> None:
-    data = _load_disk()
-    data[key] = record
-    path = cache_path()
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    """Add ``record`` under ``key``: read, updated and replaced under a lock, so concurrent
+    stores (threads, processes) lose nothing."""
+    folder = disk.directory()
+    try:
+        with disk.locked(folder / _LOCK_FILE):
+            records = _load_disk(folder)
+            records[key] = record
+            disk.write_atomic(folder / _FILE, json.dumps(records, indent=1, sort_keys=True, default=str).encode())
+    except OSError as exc:
+        disk.warn_once(str(folder / _FILE), f"cannot write the autotune records {folder / _FILE} ({exc.strerror}): "
+                                             f"sweeps are not cached on disk")
 
 
 def _jsonable(config: dict) -> dict:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in config.items()}
+
+
+def _same(a, b) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _well_formed(record, configs) -> bool:
+    """Whether ``record`` is one :func:`sweep` stores for ``configs``: a trial per
+    configuration, in order; each timed (finite, non-negative seconds) or rejected with a
+    reason; ``best`` the fastest timed one, the first among equals (LOWER-TUNE-6)."""
+    try:
+        trials = [Trial(t["config"], t["seconds"], t["reason"], t["details"]) for t in record["trials"]]
+        best = record["best"]
+    except (TypeError, KeyError):
+        return False
+    if len(trials) != len(configs) or not all(_same(t.config, _jsonable(c)) for t, c in zip(trials, configs)):
+        return False
+    for t in trials:
+        seconds = isinstance(t.seconds, (int, float)) and not isinstance(t.seconds, bool) and math.isfinite(t.seconds)
+        timed = seconds and t.seconds >= 0 and t.reason is None
+        if not isinstance(t.details, dict) or not (timed or t.seconds is None and isinstance(t.reason, str)):
+            return False
+    timed = [t for t in trials if t.reason is None]
+    return bool(timed) and _same(min(timed, key=lambda t: t.seconds).config, best)
 
 
 def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: bool = True,
@@ -139,7 +190,9 @@ def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: 
     preset_name = get_preset(preset).name
     full_key = hashlib.sha256(json.dumps([key, preset_name, [_jsonable(c) for c in configs]], sort_keys=True,
                                          default=str).encode()).hexdigest()[:32]
-    record = _MEMORY.get(full_key) or (_load_disk().get(full_key) if cache else None)
+    record = _MEMORY.get(full_key)
+    if record is None and cache:
+        record = _checked_record(full_key, configs, verify, label or key)
     if record is not None:
         trials = [Trial(t["config"], t["seconds"], t["reason"], t.get("details", {})) for t in record["trials"]]
         if progress:
@@ -175,6 +228,27 @@ def sweep(configs, evaluate, *, key: str, preset, progress: bool = True, cache: 
     if cache:
         _store_disk(full_key, record)
     return AutotuneResult(full_key, preset_name, trials, best)
+
+
+def _checked_record(full_key: str, configs, verify, label: str) -> dict | None:
+    """The record of ``full_key`` in the disk cache when it is well formed and its winner
+    passes ``verify`` again (then kept in-process), else None with one CacheWarning."""
+    folder = disk.directory()
+    record = _load_disk(folder).get(full_key)
+    if record is None:
+        return None
+    where = f"the autotune record of {label} in {folder / _FILE}"
+    if not _well_formed(record, configs):
+        disk.warn_once(f"{folder / _FILE}:{full_key}", f"{where} is not one a sweep writes: it is ignored and the "
+                                                        f"space swept again")
+        return None
+    problem = verify(record["best"]) if verify is not None else None
+    if problem is not None:
+        disk.warn_once(f"{folder / _FILE}:{full_key}", f"{where} names {_fmt(record['best'])} as the winner, which "
+                                                        f"the checkers reject: {problem}; the space is swept again")
+        return None
+    _MEMORY[full_key] = record
+    return record
 
 
 class Rejected(Exception):

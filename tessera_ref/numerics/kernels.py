@@ -25,7 +25,8 @@ element the k loop runs sequentially in ascending order; threads take whole outp
 tiles (``prange``), and no element's operations depend on which thread runs them, so the
 bits do not depend on the thread count. ``fastmath`` is off (no reassociation, no
 contraction, subnormals kept) and nothing calls BLAS. Compiled code is cached on disk
-(``cache=True``): the first call in a fresh environment compiles, later processes load it.
+(``cache=True``): the first call in a fresh environment compiles, later processes load it —
+from a directory nobody else can write, else not at all (BACKEND-CACHE-4).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .. import cache
 from .packed_gemm import gemm_packed
 
 __all__ = ["dot_rows", "dot_rows_fma_f32", "hardware_fma", "lane_fold", "bucket_rows",
@@ -349,3 +351,7 @@ def magnitude_range(bits, inf_bits):
         lo = min(lo, m if finite_nonzero else inf_bits)
         hi = max(hi, m if finite_nonzero else 0)
     return lo, hi
+
+
+cache.numba_guard(dot_rows_fma_f32, lane_fold, _bucket_add, bucket_rows, bf16_from_f32_rne, f32_from_bf16, f16_from_f32_rne,
+            f32_from_f16, magnitude_range)  # BACKEND-CACHE-4

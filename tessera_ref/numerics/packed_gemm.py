@@ -29,6 +29,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .. import cache
+
 __all__ = ["gemm_packed", "tile_shape"]
 
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
@@ -224,3 +226,6 @@ def gemm_packed(out, A, B, fused: bool, threads: int = 1, a_of=None, b_of=None) 
         _tiles(Cp, A, Bp, a_of, b_of, fused, 0, count)
     if padded:
         out[...] = Cp[:, :M, :N]
+
+
+cache.numba_guard(_pack, _tiles)  # BACKEND-CACHE-4

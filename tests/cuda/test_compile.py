@@ -5,6 +5,8 @@ architecture's per-block limit), and ``--fmad=false`` keeps ``a*b+c`` as FMUL + 
 Kernels that do not meet a budget today are listed in cuda_programs.KNOWN with the reason (the fast
 matmul / row-kernel rewrites address them); they run as non-strict xfails, so the day one
 starts passing shows up as XPASS."""
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from tessera_ref.backends.cuda.report import ARCH_LIMITS
 from tessera_ref.backends.cuda.source import Source, render
 
 from cuda_programs import KNOWN, LIBRARY, lowered, needs_toolchain
+from cache_attacks import shared_dir  # noqa: F401 (a fixture)
 
 pytestmark = needs_toolchain
 
@@ -81,6 +84,11 @@ def test_unknown_arch_is_a_backend_error():
         build(FMA_CANDIDATE, "sm_75")
 
 
+def _entry_files(folder):
+    """``{suffix: key}`` of the cache entry files in ``folder`` (no hidden lock or temp file)."""
+    return {p.name.split(".", 1)[1]: p.name.split(".", 1)[0] for p in folder.iterdir() if not p.name.startswith(".")}
+
+
 def test_the_cache_serves_a_second_build_without_nvrtc(monkeypatch, tmp_path):
     from tessera_ref.backends.cuda import compile as C
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
@@ -88,7 +96,8 @@ def test_the_cache_serves_a_second_build_without_nvrtc(monkeypatch, tmp_path):
     monkeypatch.setattr(C, "compile_program", lambda *a, **k: pytest.fail("NVRTC called for a cached build"))
     second = build(FMA_CANDIDATE, "sm_90")
     assert second.cubin == first.cubin and second.kernels["axpb"].sass == first.kernels["axpb"].sass
-    assert len(list((tmp_path / "cuda").iterdir())) == 1
+    files = _entry_files(tmp_path / "cuda")
+    assert sorted(files) == ["cubin", "json", "log", "ptx", "sass"] and len(set(files.values())) == 1
 
 
 def test_a_missing_toolchain_says_how_to_install_it(monkeypatch):
@@ -167,9 +176,81 @@ def test_a_second_store_of_one_entry_leaves_one_entry_and_no_debris(monkeypatch,
     from tessera_ref.backends.cuda import compile as C
     monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
     b = build(FMA_CANDIDATE, "sm_80")
-    (entry,) = (tmp_path / "cuda").iterdir()
-    C._store(entry, b)  # as a concurrent process finishing second would
-    assert [p.name for p in (tmp_path / "cuda").iterdir()] == [entry.name]
+    before = sorted(p.name for p in (tmp_path / "cuda").iterdir())
+    (key,) = set(_entry_files(tmp_path / "cuda").values())
+    C._store(tmp_path / "cuda", key, b)  # as a concurrent process finishing second would
+    assert sorted(p.name for p in (tmp_path / "cuda").iterdir()) == before == sorted(
+        [".lock"] + [f"{key}.{n}" for n in ("cubin", "json", "log", "ptx", "sass")])
+
+
+# --- CUDA-COMPILE-4, BACKEND-CACHE-1 … 3: a damaged or planted entry is never what build() returns
+
+def _damage_cubin(file):
+    file.write_bytes(file.read_bytes()[: len(file.read_bytes()) // 2])
+
+
+def _foreign_cubin(file):
+    file.write_bytes(b"\x7fELF" + bytes(len(file.read_bytes()) - 4))
+
+
+def _edited_log(file):
+    text = re.sub(r"Used \d+ registers", "Used 255 registers", file.read_text())
+    assert "Used 255 registers" in text
+    file.write_text(text)
+
+
+@pytest.mark.parametrize("suffix, harm", [("cubin", _damage_cubin), ("cubin", _foreign_cubin), ("log", _edited_log),
+                                          ("sass", lambda f: f.unlink()), ("cubin", lambda f: f.chmod(0o666))],
+                         ids=["truncated cubin", "foreign cubin", "edited nvrtc.log", "missing sass",
+                              "group/world-writable cubin"])
+def test_a_damaged_entry_is_compiled_again_once_and_repaired(monkeypatch, tmp_path, suffix, harm):
+    from tessera_ref.backends.cuda import compile as C
+    from tessera_ref.errors import CacheWarning
+    from cache_attacks import Calls
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    first = build(FMA_CANDIDATE, "sm_90")
+    (key,) = set(_entry_files(tmp_path / "cuda").values())
+    harm(tmp_path / "cuda" / f"{key}.{suffix}")
+    nvrtc = Calls(monkeypatch, C, "compile_program")
+    with pytest.warns(CacheWarning, match=f"{key}.{suffix}"):
+        again = build(FMA_CANDIDATE, "sm_90")
+    assert nvrtc.count == 1 and again.cubin == first.cubin  # (the log has ptxas's compile time: it varies)
+    assert again.kernels["axpb"].registers == first.kernels["axpb"].registers != 255  # the report cannot lie
+    for _ in range(2):  # repaired: served from the cache again
+        assert build(FMA_CANDIDATE, "sm_90").cubin == first.cubin
+    assert nvrtc.count == 1
+
+
+@pytest.mark.parametrize("as_nobody", [False, True], ids=["same user", "another user"])
+def test_a_cubin_planted_in_a_shared_cache_directory_is_never_returned(monkeypatch, tmp_path, shared_dir, as_nobody):
+    from tessera_ref.backends.cuda import compile as C
+    from tessera_ref.errors import CacheError
+    from cache_attacks import plant
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    good = build(FMA_CANDIDATE, "sm_90")
+    (key,) = set(_entry_files(tmp_path / "cuda").values())
+    (shared_dir / "cuda").mkdir(mode=0o777)
+    (shared_dir / "cuda").chmod(0o777)
+    plant(shared_dir / "cuda", key, {"ptx": good.ptx.encode(), "cubin": b"planted code", "log": good.log.encode(),
+                                     "sass": good.sass.encode()}, as_nobody=as_nobody)
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(shared_dir))
+    monkeypatch.setattr(C, "compile_program", lambda *a, **k: pytest.fail("nothing is built in a shared directory"))
+    with pytest.raises(CacheError, match=r"cache directory .*tsr-shared-cache-.* is not private"):
+        build(FMA_CANDIDATE, "sm_90")
+
+
+def test_a_cubin_of_another_owner_in_the_private_directory_is_not_returned(monkeypatch, tmp_path):
+    from tessera_ref.errors import CacheWarning
+    from cache_attacks import NOBODY, needs_root
+    needs_root()
+    monkeypatch.setenv("TESSERA_CACHE_DIR", str(tmp_path))
+    good = build(FMA_CANDIDATE, "sm_90")
+    (key,) = set(_entry_files(tmp_path / "cuda").values())
+    cubin = tmp_path / "cuda" / f"{key}.cubin"
+    os.chown(cubin, NOBODY, NOBODY)
+    with pytest.warns(CacheWarning, match=f"owned by .*uid {NOBODY}"):
+        assert build(FMA_CANDIDATE, "sm_90").cubin == good.cubin
+    assert cubin.stat().st_uid == os.geteuid()  # rewritten
 
 
 def _fake_install(root, files):

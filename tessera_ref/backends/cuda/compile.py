@@ -4,23 +4,23 @@
 also maps its lines to Tile IR op locations) for one real architecture with :data:`OPTIONS`
 — always ``--fmad=false`` — and returns a :class:`Build`: PTX, cubin, NVRTC's log and a
 :class:`~.report.KernelReport` per ``__global__`` kernel (ptxas's ``-v`` numbers and the SASS
-opcode histograms from ``cuobjdump -sass``). Results are cached on disk under
-``$TESSERA_CACHE_DIR`` (default ``~/.cache/tessera_ref``)/``cuda``, keyed by the source, the
-options and the toolchain versions; a cache entry is written to a temporary directory and
-renamed into place, so concurrent builds never read half an entry.
+opcode histograms from ``cuobjdump -sass``). Results are cached on disk in
+:func:`tessera_ref.cache.directory` ``("cuda")``, keyed by the source, the options and the
+toolchain versions (CUDA-COMPILE-4): an entry's PTX, cubin, log and SASS are returned, and
+the report derived from them, only when each has the size and SHA-256 its metadata records;
+a damaged entry is compiled again and rewritten.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ... import cache
 from ...errors import BackendError
 from .nvrtc import NvrtcError, compile_program
 from ...numerics import tc
@@ -28,8 +28,7 @@ from .render import tc_arch
 from .report import ARCH_LIMITS, KernelReport, main_loop, parse_ptxas, parse_sass
 from .toolchain import HEADER_DIR, INSTALL_FIX, toolchain, version_tag
 
-__all__ = ["build", "Build", "CompileError", "TensorCoreArchError", "check_tc_arch", "OPTIONS", "ARCHS", "options_for",
-           "cache_dir"]
+__all__ = ["build", "Build", "CompileError", "TensorCoreArchError", "check_tc_arch", "OPTIONS", "ARCHS", "options_for"]
 
 #: The options of every compile besides ``-arch`` and the include paths (CUDA-COMPILE-1).
 OPTIONS = ("--fmad=false", "-std=c++17", "--ptxas-options=-v")
@@ -59,11 +58,6 @@ def options_for(arch: str) -> list[str]:
     return [f"-arch={arch}", *OPTIONS, f"-I{HEADER_DIR}", f"-I{toolchain().include_dir}"]
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("TESSERA_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tessera_ref")
-    return Path(root) / "cuda"
-
-
 def _key(text: str, options: list[str]) -> str:
     header = (HEADER_DIR / "tessera_device.cuh").read_bytes()
     h = hashlib.sha256()
@@ -73,31 +67,22 @@ def _key(text: str, options: list[str]) -> str:
     return h.hexdigest()[:32]
 
 
-_FILES = {"ptx": "kernel.ptx", "cubin": "kernel.cubin", "log": "nvrtc.log", "sass": "kernel.sass"}
+#: An entry's files: ``<key>.ptx``, ``.cubin``, ``.log`` (NVRTC's, with ptxas's ``-v`` lines), ``.sass``.
+_FILES = ("ptx", "cubin", "log", "sass")
 
 
-def _load(entry: Path, arch: str) -> Build | None:
+def _load(folder: Path, key: str, arch: str) -> Build | None:
+    files = cache.load(folder, key, _FILES)
+    if files is None:
+        return None
     try:
-        return Build(arch, (entry / _FILES["ptx"]).read_text(), (entry / _FILES["cubin"]).read_bytes(),
-                     (entry / _FILES["log"]).read_text(), (entry / _FILES["sass"]).read_text())
-    except OSError:
+        return Build(arch, files["ptx"].decode(), files["cubin"], files["log"].decode(), files["sass"].decode())
+    except UnicodeDecodeError:  # a checked entry of another writer's making: build it again
         return None
 
 
-def _store(entry: Path, b: Build) -> None:
-    tmp = None
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".tmp-"))
-        (tmp / _FILES["ptx"]).write_text(b.ptx)
-        (tmp / _FILES["cubin"]).write_bytes(b.cubin)
-        (tmp / _FILES["log"]).write_text(b.log)
-        (tmp / _FILES["sass"]).write_text(b.sass)
-        (tmp / "meta.json").write_text(json.dumps({"arch": b.arch, "toolchain": version_tag()}))
-        os.replace(tmp, entry)
-    except OSError:  # another process stored it first, or the cache is read-only: the build stands
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+def _store(folder: Path, key: str, b: Build) -> None:
+    cache.store(folder, key, {"ptx": b.ptx.encode(), "cubin": b.cubin, "log": b.log.encode(), "sass": b.sass.encode()})
 
 
 def _disassemble(cubin: bytes) -> str:
@@ -164,15 +149,15 @@ def build(source, arch: str = "sm_90") -> Build:
     locations = getattr(source, "locations", {})
     options = options_for(arch)
     check_tc_arch(source, arch)
-    entry = cache_dir() / _key(text, options)
-    b = _load(entry, arch)
+    folder, key = cache.directory("cuda"), _key(text, options)
+    b = _load(folder, key, arch)
     if b is None:
         try:
             ptx, cubin, log = compile_program(text, options)
         except NvrtcError as e:
             raise _compile_error(text, e.what, locations) from None
         b = Build(arch, ptx, cubin, log, _disassemble(cubin))
-        _store(entry, b)
+        _store(folder, key, b)
     b.kernels = parse_ptxas(b.log)
     functions = parse_sass(b.sass)
     for name, k in b.kernels.items():

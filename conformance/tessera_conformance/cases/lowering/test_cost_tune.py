@@ -1,5 +1,5 @@
 """LOWER-COST-1 (the cost model against what running the kernel counts, and its time formula)
-and LOWER-TUNE (sweeps, rejection, progress and the cache)."""
+and LOWER-TUNE (sweeps, rejection, progress, the cache and its records file)."""
 import json
 import math
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tessera_ref import backends, kernel, op
-from tessera_ref.errors import AutotuneError
+from tessera_ref.errors import AutotuneError, CacheWarning
 from tessera_ref.ir import TensorType
 from tessera_ref.lowering import autotune as AT
 from tessera_ref.lowering import graph_to_schedule
@@ -246,3 +246,54 @@ def test_a_cached_kernel_sweep_runs_nothing(backend, cache_dir):
     _, _, first = _tune(backend, progress=False)
     _, _, again = _tune(backend, progress=False)
     assert again.cached and again.best == first.best
+
+
+def _rewrite_record(cache_dir, edit):
+    records = json.loads((cache_dir / "autotune.json").read_text())
+    (key,) = records
+    records[key] = edit(records[key])
+    (cache_dir / "autotune.json").write_text(json.dumps(records))
+    AT._MEMORY.clear()  # a later process reads the file
+
+
+@clause("LOWER-TUNE-6")
+def test_a_record_no_sweep_would_write_is_ignored_with_one_warning(cache_dir):
+    graph = _trace(lambda a, b: op.matmul(a, b), (2048, 2048), (2048, 2048))
+    first = AT.autotune_schedule(graph, SPACE, "H100", progress=False)
+    slowest = max((t for t in first.trials if t.reason is None), key=lambda t: t.seconds).config
+    _rewrite_record(cache_dir, lambda r: dict(r, best=slowest))  # best is not the fastest trial
+    with pytest.warns(CacheWarning, match="is not one a sweep writes") as caught:
+        again = AT.autotune_schedule(graph, SPACE, "H100", progress=False)
+    assert len(caught) == 1 and not again.cached and again.best == first.best
+    _rewrite_record(cache_dir, lambda r: {"best": r["best"]})  # no trials (told once per process: no warning)
+    assert not AT.autotune_schedule(graph, SPACE, "H100", progress=False).cached
+
+
+@clause("LOWER-TUNE-6")
+def test_stores_from_several_threads_lose_no_record(cache_dir):
+    import threading
+    graphs = [_trace(lambda a, b: op.matmul(a, b), (n, n), (n, n)) for n in (256, 512, 768, 1024, 1280, 1536)]
+    threads = [threading.Thread(target=AT.autotune_schedule, args=(g, SPACE, "H100"), kwargs={"progress": False})
+               for g in graphs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(json.loads((cache_dir / "autotune.json").read_text())) == len(graphs)
+
+
+@clause("LOWER-TUNE-4", "LOWER-TUNE-6")
+def test_a_winner_read_from_the_file_is_checked_again(cache_dir):
+    from .test_tune_checks import SHIFTED
+    k = kernel.from_source(SHIFTED.replace(", UNUSED=[3, 4]", ""))
+    problem = dict(args=[np.arange(128, dtype=np.float32), np.zeros(128, np.float32)], grid=1, lanes=128)
+    assert k.tune(problem, "H100", progress=False).best == {"SHIFT": 0}
+
+    def racy_wins(record):  # SHIFT=1 (a race) timed as fast as SHIFT=0 and first in space order
+        racy, fine = record["trials"]
+        racy.update(seconds=fine["seconds"], reason=None)
+        return dict(record, best={"SHIFT": 1})
+    _rewrite_record(cache_dir, racy_wins)
+    with pytest.warns(CacheWarning, match="SHIFT=1 as the winner, which the checkers reject"):
+        again = k.tune(problem, "H100", progress=False)
+    assert again.best == {"SHIFT": 0} and not again.cached

@@ -11,11 +11,12 @@ Inline PTX (an ``asm`` statement) in the kernel text has no CPU twin: an
 is what the twin replaces). Flags :data:`FLAGS`: ``-O2 -fno-fast-math
 -ffp-contract=off`` (an fma only where the source calls ``fmaf``/``fma``), ``-g`` (the line
 table names the CUDA line of a memory fault). Shared libraries
-are cached under ``$TESSERA_CACHE_DIR/cuda-cpu`` (default ``~/.cache/tessera_ref``), keyed by
-the sha256 of the unit, the flags, the twin's and the device header's bytes and g++'s version;
-an entry is written to a temporary name and renamed into place. :func:`executable` builds
+are cached in :func:`tessera_ref.cache.directory` ``("cuda-cpu")`` as ``<key>.so``, keyed by
+the sha256 of the unit, the flags, the twin's and the device header's bytes and g++'s version,
+and loaded only when the file has the size and SHA-256 its metadata records (else compiled
+again and rewritten). :func:`executable` builds
 the AddressSanitizer variant (CUDA-CPU-10): the same unit plus ``tessera_asan.h``'s ``main``,
-linked as a program with :data:`ASAN_FLAGS`, cached the same way.
+linked as a program with :data:`ASAN_FLAGS`, cached the same way as ``<key>.asan`` (mode 0700).
 """
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-from ....errors import BackendError
-from ..compile import CompileError, cache_dir
+from .... import cache
+from ....errors import BackendError, CacheError
+from ..compile import CompileError
 from ..toolchain import HEADER_DIR
 
 __all__ = ["FLAGS", "DEBUG_FLAGS", "ASAN_FLAGS", "TWIN_DIR", "UnsupportedPTX", "translation_unit", "library",
@@ -135,21 +137,25 @@ _LOADED: dict = {}
 _LOCK = threading.Lock()
 
 
-def _built(source, unit: str, flags, suffix: str) -> Path:
-    """The cached build of ``unit`` with ``flags`` (compiled on a miss)."""
-    root = cache_dir().parent / "cuda-cpu"
-    path = root / f"{_key(unit, flags)}{suffix}"
-    if not path.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as d:
+def _built(source, unit: str, flags, name: str) -> Path:
+    """The cached build ``<key>.<name>`` of ``unit`` with ``flags``, checked against its
+    metadata (compiled and stored again on a miss)."""
+    folder, key = cache.directory("cuda-cpu"), _key(unit, flags)
+    path = cache.path(folder, key, name)
+    if cache.load(folder, key, (name,)) is None:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".build-") as d:
             cu = Path(d) / "kernel.cpp"
             cu.write_text(unit)
-            out = Path(d) / f"kernel{suffix}"
+            out = Path(d) / f"kernel.{name}"
             cmd = [gxx()[0], *flags, f"-I{TWIN_DIR}", f"-I{HEADER_DIR}", str(cu), "-o", str(out)]
             done = subprocess.run(cmd, capture_output=True, text=True)
             if done.returncode != 0:
                 raise _compile_error(done.stderr, source)
-            os.replace(out, path)
+            if not cache.store(folder, key, {name: out.read_bytes()}, programs=("asan",)):
+                raise CacheError(f"cannot store the kernel {'program' if name == 'asan' else 'library'} built for "
+                                 f"the CUDA-on-CPU harness in {folder}, where it is loaded from",
+                                 fix=f"free space in {folder} or make it writable, or set {cache.ENV} to a "
+                                     f"directory you can write")
     return path
 
 
@@ -161,7 +167,13 @@ def library(source, kernels, flags=FLAGS) -> ctypes.CDLL:
     with _LOCK:
         lib = _LOADED.get(key)
         if lib is None:
-            lib = _LOADED[key] = ctypes.CDLL(str(_built(source, unit, flags, ".so")))
+            path = _built(source, unit, flags, "so")
+            try:
+                lib = _LOADED[key] = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise BackendError(f"the kernel library {path} was built and checked but does not load: {exc}",
+                                   fix="report it with the message; removing the file makes the next run build "
+                                       "it again") from None
         return lib
 
 
@@ -170,7 +182,7 @@ def executable(source, kernels) -> Path:
     ``main``; compiled once per key, then taken from the disk cache)."""
     with _LOCK:
         try:
-            return _built(source, translation_unit(source, kernels, main=True), ASAN_FLAGS, ".asan")
+            return _built(source, translation_unit(source, kernels, main=True), ASAN_FLAGS, "asan")
         except CompileError as err:
             if _GXX_ERROR.search(err.log) or "asan" not in err.log:
                 raise
