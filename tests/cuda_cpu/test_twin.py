@@ -249,6 +249,21 @@ extern "C" __global__ void k(float* out) {
         run_text(text, "k", (1,), 32, [np.zeros(1, np.float32)])
 
 
+def test_a_static_shared_variable_is_refused_naming_its_line():
+    """Under the twin a static __shared__ array would be each fiber's own (a race, a missing
+    barrier would run clean): refused rather than run wrong (CUDA-CPU-9)."""
+    text = r"""
+extern "C" __global__ void k(const float* x, float* y) {
+  __shared__ float s[64];  // static: one copy per block on a GPU
+  s[threadIdx.x] = x[threadIdx.x];
+  y[threadIdx.x] = s[63 - threadIdx.x];
+}
+"""
+    with pytest.raises(BackendError, match=r"CUDA line 7 declares a static __shared__ variable") as info:
+        run_text(text, "k", (1,), 64, [np.zeros(64, np.float32), np.zeros(64, np.float32)])
+    assert "extern __shared__" in info.value.fix
+
+
 def test_a_compile_error_names_the_cuda_line():
     text = 'extern "C" __global__ void k(float* out) {\n  out[0] = undefined_name;\n}\n'
     with pytest.raises(CompileError, match=r"CUDA line 6: out\[0\] = undefined_name;"):

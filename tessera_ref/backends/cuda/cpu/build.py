@@ -72,11 +72,27 @@ def _refuse_asm(text: str, locations: dict) -> None:
                                      "runs the device header's cp.async, shuffles, ldmatrix and m16n8k16 mma.sync")
 
 
+def _refuse_static_shared(text: str, locations: dict) -> None:
+    """A ``__shared__`` variable that is not the dynamic ``extern __shared__`` array would be each
+    fiber's own local under the twin (one thread's copy, never shared): refused, not run wrong."""
+    for n, line in enumerate(text.split("\n"), 1):
+        code = line.split("//")[0]
+        if re.search(r"\b__shared__\b", code) and not re.search(r"\bextern\s+__shared__\b", code):
+            where = locations.get(n, "")
+            raise BackendError(f"the CUDA-on-CPU harness runs only dynamic shared memory (extern __shared__); CUDA "
+                               f"line {n} declares a static __shared__ variable: {line.strip()[:160]}"
+                               + (f"\n  from the Tile IR op at {where}" if where else ""), location=where or None,
+                               fix="declare `extern __shared__ __align__(16) unsigned char tsr_smem[];`, place the "
+                                   "variable in it and launch with that many bytes of dynamic shared memory (the "
+                                   "rendered kernels do), or run the kernel on a GPU")
+
+
 def translation_unit(source, kernels, main: bool = False) -> str:
     """The C++ text compiled for ``source`` (a rendered :class:`~..source.Source`) launching
     ``kernels``; with ``main``, the ASan driver's ``main`` over them too."""
     text = source.text
     _refuse_asm(text, getattr(source, "locations", {}))
+    _refuse_static_shared(text, getattr(source, "locations", {}))
     launchers = "".join(f"TSR_CPU_LAUNCHER({k})\n" for k in kernels)
     if main:
         table = ", ".join(f'{{"{k}", &tsr_launch_{k}}}' for k in kernels)
