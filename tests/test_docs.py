@@ -34,3 +34,18 @@ def test_clause_ids_are_unique_and_every_cited_clause_is_defined():
         cited |= set(CLAUSE.findall(path.read_text()))
     missing = sorted(cited - set(defined))
     assert not missing, f"cited in the code but not defined in docs/spec: {missing}"
+
+
+def test_the_gpu_results_page_shows_the_newest_committed_report():
+    """docs/gpu_results.md includes the newest `tessera-ref gpu-check` summary under
+    benchmarks/results/ (CUDA-CHECK-7), or says plainly that none has been committed."""
+    results = ROOT / "benchmarks" / "results"
+    page = (ROOT / "docs" / "gpu_results.md").read_text()
+    reports = sorted(results.glob("gpu-*.json"), key=lambda p: (p.name.rsplit("-", 3)[-3:], p.name))
+    if not reports:
+        assert "No `tessera-ref gpu-check` report has been committed yet" in page
+    else:
+        newest = reports[-1].with_suffix(".md").name
+        assert f"{{include}} ../benchmarks/results/{newest}" in page, f"docs/gpu_results.md must show {newest}"
+    for included in re.findall(r"\{include\} \.\./(benchmarks/results/\S+)", page):
+        assert (ROOT / included).is_file(), included
