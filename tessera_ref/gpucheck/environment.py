@@ -2,7 +2,6 @@
 toolchain the project uses on it."""
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import platform
 import shutil
@@ -17,13 +16,6 @@ __all__ = ["items", "run", "device_slug"]
 
 def items(arch: str, quick: bool) -> list:
     return ["environment"]
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def _cuda_version(v: int) -> str:
@@ -59,7 +51,7 @@ def run(ctx, item: str) -> dict:
         "nvrtc": ".".join(map(str, nvrtc.nvrtc_version())),
         "toolchain": tc.source, "toolchain_pinned": tc.pinned, "nvrtc_library": str(tc.nvrtc_lib),
         "cuobjdump": str(tc.cuobjdump),
-        "compute_sanitizer": sanitizer, "torch": _version("torch"),
+        "compute_sanitizer": sanitizer, "torch": toolchain.dist_version("torch"),
         "python": platform.python_version(), "numpy": np.__version__, "executable": sys.executable,
         "dry_run": ctx.dry_run,
     }

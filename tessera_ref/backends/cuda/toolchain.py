@@ -31,7 +31,8 @@ from pathlib import Path
 from ...errors import BackendError
 
 __all__ = ["PINNED", "Toolchain", "ToolchainError", "toolchain", "available", "version_tag", "HEADER_DIR",
-           "INSTALL_FIX"]
+           "INSTALL_FIX",
+           "dist_version"]
 
 #: The compile-only wheels and the versions the register counts in tests and docs were taken with.
 PINNED = {
@@ -78,7 +79,8 @@ def _nvidia(pattern: str) -> list[Path]:
     return sorted(p for root in _nvidia_roots() for p in Path(root).glob(pattern))
 
 
-def _version(dist: str) -> str | None:
+def dist_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist`` (None when it is not installed)."""
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -140,10 +142,10 @@ def _find() -> Toolchain | str:
                    if not ok]
         if not missing:
             if source == "pinned":
-                versions = tuple((d, _version(d)) for d in PINNED)
+                versions = tuple((d, dist_version(d)) for d in PINNED)
             else:
                 versions = (("nvrtc", _nvrtc_version(libs[0])), ("nvrtc_lib", str(libs[0])),
-                            ("nvidia-cuda-cuobjdump", _version("nvidia-cuda-cuobjdump") or str(objdump)))
+                            ("nvidia-cuda-cuobjdump", dist_version("nvidia-cuda-cuobjdump") or str(objdump)))
             return Toolchain(libs[0], include, objdump, versions, source)
         problems.append(f"{source}: no {', '.join(missing)}")
     return "; ".join(problems + ["toolkit: no CUDA_HOME, CUDA_PATH or /usr/local/cuda"] * (len(problems) < 3))
