@@ -65,7 +65,7 @@ def test_a_peer_that_never_answers_is_named_after_the_timeout():
                timeout=60)
     assert time.monotonic() - start < 40
     assert done.returncode == 1
-    assert "rank 0 failed: BackendError: rank 0: no answer from rank(s) [1] in 3 s" in done.stderr
+    assert "rank 0 failed: PeerError: rank 0: no answer from rank(s) [1] in 3 s" in done.stderr
 
 
 def test_a_mesh_that_does_not_match_the_world_is_a_mesh_error():
