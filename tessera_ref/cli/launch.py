@@ -19,6 +19,8 @@ by ``mpiexec``/``srun``: the world then comes from their variables (MESH-MP-1).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import re
 import secrets
@@ -328,8 +330,10 @@ def rank_main(argv: list[str]) -> int:
         print(f"[rank {rank}] interrupted (SIGINT)", file=sys.stderr)
         return 128 + signal.SIGINT
     except BaseException as error:  # any failure of the rank's program stops every rank
-        print(f"[rank {rank}] ", end="", file=sys.stderr)
-        report_error(error, args.traceback)
+        text = io.StringIO()
+        with contextlib.redirect_stderr(text):
+            report_error(error, args.traceback)
+        sys.stderr.write(f"[rank {rank}] {text.getvalue()}")   # one write: another rank's lines cannot cut in
         return _abort(rank, 1, _summary_of(error), isinstance(error, PeerError))
     return 0
 
