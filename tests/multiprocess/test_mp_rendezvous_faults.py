@@ -11,6 +11,7 @@ import hmac
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 
@@ -23,6 +24,8 @@ from tessera_ref.backends.cuda.rendezvous import share_bytes
 from tessera_ref.cli.launch import _free_port
 from tessera_ref.dist.world import World
 from tessera_ref.errors import BackendError, CollectiveError, PeerError
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="rank 0's socket is seen in /proc")
 
 TOKEN = "0123456789abcdef0123456789abcdef"
 PAYLOAD = os.urandom(256)
@@ -40,6 +43,10 @@ class Rank(threading.Thread):
         super().__init__(daemon=True)
         self.args = (PAYLOAD if rank == 0 else None, rank, size, wait, env)
         self.length, self.result, self.took = length, None, None
+
+    def start(self) -> "Rank":
+        super().start()
+        return self
 
     def run(self):
         start = time.monotonic()
@@ -62,8 +69,7 @@ def _listening(port: int) -> bool:
 
 
 def _rank_0(size: int, wait: float, env: dict) -> Rank:
-    rank0 = Rank(0, size, wait, env)
-    rank0.start()
+    rank0 = Rank(0, size, wait, env).start()
     deadline = time.monotonic() + 10
     while not _listening(int(env["MASTER_PORT"])):
         assert time.monotonic() < deadline, "rank 0 did not listen"
@@ -117,22 +123,19 @@ def test_an_idle_connection_holds_up_nobody():
     port = _free_port()
     rank0 = _rank_0(2, 3, _env(port))
     with socket.create_connection(("127.0.0.1", port)):   # connects and says nothing
-        rank1 = Rank(1, 2, 3, _env(port))
-        rank1.start()
+        rank1 = Rank(1, 2, 3, _env(port)).start()
         assert rank1.outcome() == PAYLOAD and rank0.outcome() == PAYLOAD
 
 
 def test_a_wrong_token_is_refused_on_both_sides_and_the_true_rank_is_served():
     port = _free_port()
     rank0 = _rank_0(2, 4, _env(port))
-    stranger = Rank(1, 2, 4, _env(port, token="not the job's token, but long"))
-    stranger.start()
+    stranger = Rank(1, 2, 4, _env(port, token="not the job's token, but long")).start()
     error = stranger.outcome()
     assert isinstance(error, CollectiveError) and stranger.took < 3
     assert f"rank 1: the process at MASTER_ADDR:port = 127.0.0.1:{port} does not prove it holds this job's " \
            f"TESSERA_JOB_TOKEN" in error.what
-    rank1 = Rank(1, 2, 4, _env(port))
-    rank1.start()
+    rank1 = Rank(1, 2, 4, _env(port)).start()
     assert rank1.outcome() == PAYLOAD and rank0.outcome() == PAYLOAD
 
 
@@ -183,8 +186,7 @@ def test_a_made_up_or_duplicate_rank_with_the_token_is_a_collective_error_naming
 ])
 def test_a_squatter_on_the_port_is_a_collective_error_naming_it_within_the_time_limit(behaviour, wait, words):
     port = _squatter(behaviour)
-    rank1 = Rank(1, 2, wait, _env(port))
-    rank1.start()
+    rank1 = Rank(1, 2, wait, _env(port)).start()
     error = rank1.outcome()
     assert isinstance(error, CollectiveError), error
     assert rank1.took < wait + 2
@@ -232,8 +234,7 @@ def test_rank_0_listens_on_master_addrs_address_only():
     rank0 = _rank_0(2, 4, _env(port))
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.2", port), timeout=2).close()
-    rank1 = Rank(1, 2, 4, _env(port))
-    rank1.start()
+    rank1 = Rank(1, 2, 4, _env(port)).start()
     assert rank1.outcome() == PAYLOAD and rank0.outcome() == PAYLOAD
 
 
