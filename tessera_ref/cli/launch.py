@@ -164,8 +164,10 @@ def run(args: argparse.Namespace) -> int:
                    *flags, args.file, *args.args]
         stopper = _Stopper(where)   # from here on, SIGINT/SIGTERM/SIGHUP reach the ranks
         try:
+            # mpiexec gets SIGTERM when the launcher dies (Linux), and ends its ranks; their guards
+            # see the launcher gone first, kill their ranks and remove this folder
             proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    start_new_session=True, preexec_fn=rank_guard.die_with(me))
+                                    start_new_session=True, preexec_fn=rank_guard.die_with(me, signal.SIGTERM))
             codes: list = []
             threads = [threading.Thread(target=_forward, args=(s, o, codes), daemon=True)
                        for s, o in ((proc.stdout, sys.stdout), (proc.stderr, sys.stderr))]

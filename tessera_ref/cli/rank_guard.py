@@ -6,8 +6,8 @@ runtime starts the guard; the guard starts the rank's program as its child and s
 - it records its own and the child's process ids (``rank.R`` in the launch folder), so that the
   launcher can pass signals on and stop what is left;
 - it passes every signal it is sent of :data:`PASSED` on to the child;
-- when the launcher is gone (ended, or killed — with SIGKILL too) it kills the child; and the
-  child dies with the guard (``PR_SET_PDEATHSIG``), so the runtime's SIGKILL of the guard stops
+- when the launcher is gone (ended, or killed — with SIGKILL too) it kills the child and
+  removes the launch folder; and the child dies with the guard (``PR_SET_PDEATHSIG``), so the runtime's SIGKILL of the guard stops
   it as well;
 - when the child ends by itself with a nonzero status, it records when and how (``ended.R``),
   then ends the same way.
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -49,12 +50,12 @@ def _prctl():
 _PRCTL = _prctl()
 
 
-def die_with(parent: int):
-    """A ``preexec_fn``: the child is sent SIGKILL when ``parent`` (the process starting it)
+def die_with(parent: int, signum: int = signal.SIGKILL):
+    """A ``preexec_fn``: the child is sent ``signum`` when ``parent`` (the process starting it)
     ends — on Linux; it ends at once if ``parent`` has ended already."""
     def arm() -> None:
         if _PRCTL is not None:
-            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            _PRCTL(_PR_SET_PDEATHSIG, signum)
             if os.getppid() != parent:
                 os._exit(1)
     return arm
@@ -114,18 +115,31 @@ def main(argv: list[str]) -> int:
     local = os.environ.get("MPI_LOCALRANKID") or os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK") or rank
     try:
         watch = _launcher_fd(launcher, start)
-    except ProcessLookupError:
-        return 1   # the launcher is gone: nobody waits for this rank
+    except ProcessLookupError:   # the launcher is gone: nobody waits for this rank
+        shutil.rmtree(folder, ignore_errors=True)
+        return 1
     me = os.getpid()
     child = subprocess.Popen(command, env=dict(os.environ, RANK=rank, LOCAL_RANK=local), close_fds=False,
                              preexec_fn=die_with(me))   # close_fds=False: the runtime's PMI_FD stays open
     ended = None if watch is None else os.pidfd_open(child.pid)   # before a signal's poll() can reap it
+    passed = []
+
+    def pass_on(signum, _frame) -> None:
+        passed.append(signum)
+        child.send_signal(signum)
+
     for s in PASSED:
-        signal.signal(s, lambda signum, _: child.send_signal(signum))
+        signal.signal(s, pass_on)
     write_record(folder, f"rank.{rank}", {"guard": me, "pid": child.pid})
-    orphaned = watch is not None and watch in select.select([ended, watch], [], [])[0]
-    if orphaned:
-        child.kill()   # the launcher is gone: nobody waits for this rank, and nobody reads a record
+    orphaned = False
+    if watch is not None:
+        select.select([ended, watch], [], [])
+        # a signal passed on may be the runtime's answer to the launcher's end (mpiexec dies with
+        # it), come before the launcher's pidfd says so: then wait a little for that
+        orphaned = bool(select.select([watch], [], [], 0.5 if passed else 0)[0])
+    if orphaned:   # the launcher is gone: nobody waits for this rank, and nobody reads a record
+        child.kill()
+        shutil.rmtree(folder, ignore_errors=True)   # the launcher's, which it cannot remove now
     status = child.wait()
     if status and not orphaned:
         write_record(folder, f"ended.{rank}", {"t": time.monotonic_ns(), "status": status})

@@ -2,7 +2,7 @@
 (killed by signal 9 before a collective), ``raise`` (a Tessera error), ``skip`` (leaves the
 collective out: rank 0 waits for it), ``kill-mid`` (the last rank kills itself in the middle
 of a run of collectives), ``wait`` (every rank says it is ready in the folder ``sys.argv[2]``,
-then sleeps; with ``deaf``, ignoring SIGTERM), or ``none``."""
+naming the launch's folder, then sleeps; with ``deaf``, ignoring SIGTERM), or ``none``."""
 import os
 import signal
 import sys
@@ -18,7 +18,10 @@ me = world()
 if how == "wait":
     if "deaf" in sys.argv[3:]:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    open(os.path.join(sys.argv[2], f"ready.{me.rank}"), "w").close()
+    ready = os.path.join(sys.argv[2], f"ready.{me.rank}")
+    with open(ready + ".part", "w") as f:
+        f.write(os.environ["TESSERA_LAUNCH_DIR"])
+    os.replace(ready + ".part", ready)
     time.sleep(120)
 if how == "kill-mid":
     for step in range(12):

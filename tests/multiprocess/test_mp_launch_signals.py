@@ -1,7 +1,7 @@
 """The launcher itself stopped (MESH-MP-5): SIGINT, SIGTERM and SIGHUP are passed on to the
 ranks and the launcher ends with 128 + the signal; SIGKILL takes mpiexec and the ranks with it
 (Linux: the guards watch the launcher, mpiexec dies with it). Each time the process table shows
-nothing left of the launch: no mpiexec, proxy, guard or rank."""
+nothing left of the launch: no mpiexec, proxy, guard or rank — nor its folder."""
 from __future__ import annotations
 
 import os
@@ -46,19 +46,23 @@ def _ended(proc: subprocess.Popen, limit: float = 60) -> tuple:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_to_the_launcher_stops_every_rank_and_leaves_nothing(tmp_path, sig):
     proc, job = _started(tmp_path)
+    folder = (tmp_path / "ready.0").read_text()
     proc.send_signal(sig)
     out, err = _ended(proc)
     assert proc.returncode == 128 + sig, err
     assert f"tessera-ref launch: stopped by {sig.name}: passed on to 2 of 2 rank(s); they ended" in err
-    assert left_behind(job) == []
+    assert left_behind(job) == [] and not os.path.exists(folder)
 
 
 def test_a_launcher_killed_outright_takes_mpiexec_and_the_ranks_with_it(tmp_path):
     proc, job = _started(tmp_path)
+    folder = (tmp_path / "ready.0").read_text()
+    assert os.path.isdir(folder)
     proc.kill()
     _ended(proc)
     assert proc.returncode == -signal.SIGKILL
     assert left_behind(job) == []
+    assert not os.path.exists(folder)   # the launch's folder, removed by the guards
 
 
 @pytest.mark.slow
