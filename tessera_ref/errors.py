@@ -262,3 +262,9 @@ class CacheError(TesseraError, RuntimeError):
 class CacheWarning(UserWarning):
     """A damaged or foreign cache entry or autotune record that was ignored and rebuilt, or a
     cache that could not be written; the message names the file and what was wrong."""
+
+
+class PeerError(BackendError):
+    """Another process of a multi-process program did not answer in time, or failed while this
+    one waited for it; the message names the ranks (or the address) waited for. ``tessera-ref
+    launch`` names such a rank as the cause only when no rank failed on its own (MESH-MP-5)."""

@@ -21,7 +21,7 @@ import tessera_ref
 #: the package ``tessera_ref`` itself) — one unit, as the command runs the demo and user files.
 LAYERS = [
     ["errors", "context"],
-    ["cache"],
+    ["cache", "settings"],
     ["numerics"],
     ["sim"],
     ["ir"],

@@ -4,8 +4,9 @@ mpi4py (DESIGN §14; docs/spec/mesh.md MESH-MP-4, MESH-MP-5). The collectives th
 
 Every receive is posted with ``Irecv`` and every send with ``Isend``, then all are completed
 together by polling ``Testall``: no wait is unbounded. A peer that sends nothing for
-``TESSERA_COMM_TIMEOUT`` seconds (default 120) is a :class:`~tessera_ref.errors.BackendError`
-naming the ranks still awaited — it died, or it took another path through the program.
+``TESSERA_COMM_TIMEOUT`` seconds (default 120; :mod:`tessera_ref.settings`) is a
+:class:`~tessera_ref.errors.PeerError` naming the ranks still awaited — it died, or it took another
+path through the program; a message the MPI runtime fails (a peer died) is one as well.
 mpi4py is imported when the transport is first opened, so the package imports without it.
 """
 from __future__ import annotations
@@ -15,8 +16,9 @@ import time
 import numpy as np
 
 from ..dist.world import mpi_started, transport_name, world
-from ..errors import BackendError, TesseraError
-from .p2p import Transport, register_transport, timeout, world_transport
+from ..errors import BackendError, PeerError, TesseraError
+from ..settings import comm_timeout
+from .p2p import Transport, register_transport, world_transport
 
 __all__ = ["MPITransport"]
 
@@ -46,7 +48,7 @@ class MPITransport(Transport):
                                f"but MPI says rank {self.rank} of {self.size}: mismatched world sizes",
                                fix="start the ranks with one launcher: tessera-ref launch -n N script.py, or "
                                    "mpiexec -n N python script.py without a WORLD_SIZE of its own")
-        self.timeout = timeout()
+        self.timeout = comm_timeout()
 
     def exchange(self, outgoing: dict, incoming: dict) -> dict:
         MPI = self._mpi
@@ -64,18 +66,24 @@ class MPITransport(Transport):
         return received
 
     def _complete(self, requests: list, peers: list) -> None:
-        """Wait for every request, at most ``timeout`` seconds in all."""
+        """Wait for every request, at most ``timeout`` seconds in all; a peer that does not
+        answer, or that the MPI runtime reports failed, is a :class:`PeerError` naming it."""
         MPI = self._mpi
         deadline, pause = time.monotonic() + self.timeout, 0.0
-        while not MPI.Request.Testall(requests):
-            if time.monotonic() > deadline:
-                waiting = sorted({p for p, r in zip(peers, requests) if r != MPI.REQUEST_NULL and not r.Test()})
-                raise BackendError(f"rank {self.rank}: no answer from rank(s) {waiting} in {self.timeout:g} s — "
-                                   f"they died or took another path through the program",
-                                   fix="check the output of those ranks; every rank must run the same collectives "
-                                       "in the same order (TESSERA_COMM_TIMEOUT sets the wait)")
-            pause = min(0.002, pause + 0.00005)
-            time.sleep(pause)
+        try:
+            while not MPI.Request.Testall(requests):
+                if time.monotonic() > deadline:
+                    waiting = sorted({p for p, r in zip(peers, requests) if r != MPI.REQUEST_NULL and not r.Test()})
+                    raise PeerError(f"rank {self.rank}: no answer from rank(s) {waiting} in {self.timeout:g} s — "
+                                    f"they died or took another path through the program",
+                                    fix="check the output of those ranks; every rank must run the same collectives "
+                                        "in the same order (TESSERA_COMM_TIMEOUT sets the wait)")
+                pause = min(0.002, pause + 0.00005)
+                time.sleep(pause)
+        except MPI.Exception as exc:  # the runtime saw a peer fail (its process died, say)
+            raise PeerError(f"rank {self.rank}: the MPI runtime failed a message to or from rank(s) "
+                            f"{sorted(set(peers))} ({exc}) — one of them failed",
+                            fix="check the output of those ranks: the first rank that failed is the cause") from None
 
 
 def _open_early() -> None:

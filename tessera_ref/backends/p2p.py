@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import abc
 import math
-import os
 import threading
 
 import numpy as np
@@ -51,7 +50,7 @@ from ..numerics.reduce import extreme_last_axis
 from .base import Communicator
 
 __all__ = ["Transport", "ONE_PROCESS", "P2PCommunicator", "fold_ranks", "register_transport", "world_transport",
-           "mesh_communicator", "ROUND_BYTES", "timeout"]
+           "mesh_communicator", "ROUND_BYTES"]
 
 #: The most bytes of contributions one process sends in one round of a reduction.
 ROUND_BYTES = 1 << 24
@@ -72,16 +71,6 @@ def fold_ranks(values: np.ndarray, op: str, policy) -> np.ndarray:
             for g in range(1, values.shape[0]):
                 acc = accum_op("add" if op == "sum" else "mul", acc, values[g], accum=accum)
     return cast(acc, policy.storage, rounding=policy.rounding, overflow=policy.overflow)
-
-
-def timeout() -> float:
-    """Seconds a transport waits for a peer (``TESSERA_COMM_TIMEOUT``, default 120)."""
-    text = os.environ.get("TESSERA_COMM_TIMEOUT", "120")
-    try:
-        return float(text)
-    except ValueError:
-        raise BackendError(f"TESSERA_COMM_TIMEOUT={text!r} is not a number of seconds",
-                           fix="set it to e.g. 60") from None
 
 
 class Transport(abc.ABC):

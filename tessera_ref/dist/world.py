@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import MeshError
+from ..settings import integer
 
 __all__ = ["World", "world", "Placement", "placement", "ENV_PAIRS", "MPI_VARIABLES", "mpi_started", "transport_name",
            "check_engine"]
@@ -53,28 +54,18 @@ class World:
     source: str = "one process"
 
 
-def _int(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise MeshError(f"the environment variable {name}={text!r} is not an integer",
-                        fix=f"unset {name} or set it to an integer (the launcher sets it)") from None
-    return value
-
-
 def world(env=None) -> World:
     """The world of MESH-MP-1 read from ``env`` (default ``os.environ``)."""
     env = os.environ if env is None else env
     per = env.get("TESSERA_DEVICES_PER_PROCESS")
-    per = None if per in (None, "") else _int("TESSERA_DEVICES_PER_PROCESS", per)
+    per = None if per in (None, "") else integer("TESSERA_DEVICES_PER_PROCESS", per, 1, error=MeshError)
     for rank_var, size_var in ENV_PAIRS:
         if rank_var in env and size_var in env:
-            rank, size = _int(rank_var, env[rank_var]), _int(size_var, env[size_var])
-            if size < 1 or not 0 <= rank < size:
+            rank = integer(rank_var, env[rank_var], 0, error=MeshError)
+            size = integer(size_var, env[size_var], 1, error=MeshError)
+            if rank >= size:
                 raise MeshError(f"{rank_var}={rank} and {size_var}={size} do not name a rank of the world",
-                                fix=f"{size_var} is at least 1 and {rank_var} lies in 0..{size_var}-1")
-            if per is not None and per < 1:
-                raise MeshError(f"TESSERA_DEVICES_PER_PROCESS={per} is not positive", fix="set it to 1 or more")
+                                fix=f"{rank_var} lies in 0..{size - 1} ({size_var} - 1); the launcher sets both")
             return World(rank, size, per, f"{rank_var}/{size_var}")
     return World(0, 1, per)
 

@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -61,11 +63,41 @@ def ranks(n: int, *names: str, **env) -> str:
     return done.stdout
 
 
-def launch(n: int, script, *args, timeout: float = 120, **env) -> subprocess.CompletedProcess:
-    """``tessera-ref launch -n n script args`` (the mpiexec it needs, or a skip)."""
+def launch(n: int, script, *args, options=(), timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    """``tessera-ref launch -n n [options] script args`` (the mpiexec it needs, or a skip); checks
+    that it left no process behind (:func:`left_behind`)."""
     mpiexec()
-    return run([sys.executable, "-m", "tessera_ref", "launch", "-n", str(n), str(script), *map(str, args)],
-               timeout=timeout, **env)
+    job = uuid.uuid4().hex
+    done = run([sys.executable, "-m", "tessera_ref", "launch", "-n", str(n), *options, str(script), *map(str, args)],
+               timeout=timeout, TESSERA_TEST_JOB=job, **env)
+    assert left_behind(job) == [], done.stderr
+    return done
+
+
+def left_behind(job: str, within: float = 10.0) -> list:
+    """The processes still running (not zombies) ``within`` seconds from now whose environment
+    carries ``TESSERA_TEST_JOB=job`` — what a launcher started with it left behind: ``mpiexec``,
+    its proxy, guards, ranks. Read from Linux's ``/proc`` (another user's processes are not
+    readable, and not ours)."""
+    mark = f"TESSERA_TEST_JOB={job}".encode() + b"\0"
+    deadline = time.monotonic() + within
+    while True:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    if mark not in f.read():
+                        continue
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rpartition(")")[2].split()[0] == "Z":
+                        continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    found.append((int(pid), f.read().replace(b"\0", b" ").decode(errors="replace")[:120]))
+            except OSError:
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def thread_ranks(size: int, body) -> list:

@@ -36,6 +36,7 @@ def _torchrun(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(_free_port()))
     monkeypatch.setenv("TESSERA_COMM_TIMEOUT", "20")
+    monkeypatch.setenv("TESSERA_JOB_TOKEN", "the test's job token, 16+ chars")
 
 
 def on_nccl(size: int, work, mesh=MESH):

@@ -1,7 +1,7 @@
 """The rendezvous that shares the NCCL unique id when no MPI world exists (torchrun;
 MESH-MP-7), with real processes on this machine: rank 0's bytes reach every rank whatever the
 order they start in, and a rank that never comes — rank 0 or another — is an error naming the
-address within the time limit, never a hang."""
+address within the time limit, never a hang. Its faults and attacks: test_mp_rendezvous_faults."""
 from __future__ import annotations
 
 import os
@@ -24,7 +24,7 @@ RANK = ("import os, sys; from tessera_ref.backends.cuda.rendezvous import share_
 
 def _start(rank: int, size: int, port: int, wait: float, payload: bytes = b"") -> subprocess.Popen:
     env = environment(RANK=rank, WORLD_SIZE=size, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WAIT=wait,
-                      TESSERA_TEST_ID=payload.hex())
+                      TESSERA_TEST_ID=payload.hex(), TESSERA_JOB_TOKEN="a job's token, the same on every rank")
     return subprocess.Popen([sys.executable, "-c", RANK], env=env, cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -77,7 +77,12 @@ def test_the_address_is_masters_unless_torchruns_agent_holds_the_port(env, want)
 
 
 @pytest.mark.parametrize("env, words", [({"MASTER_PORT": "1"}, "MASTER_ADDR not set"),
-                                        ({"MASTER_ADDR": "h", "MASTER_PORT": "x"}, "is not a port number")])
+                                        ({"MASTER_ADDR": "h", "MASTER_PORT": "x"}, "MASTER_PORT='x' is not an integer"),
+                                        ({"MASTER_ADDR": "h", "MASTER_PORT": "70000"}, "MASTER_PORT='70000' is out"),
+                                        ({"MASTER_ADDR": "h", "MASTER_PORT": "1", "TESSERA_RENDEZVOUS_PORT": "-2"},
+                                         "TESSERA_RENDEZVOUS_PORT='-2' is out of range"),
+                                        ({"MASTER_ADDR": "h", "MASTER_PORT": "65535",
+                                          "TORCHELASTIC_USE_AGENT_STORE": "True"}, "MASTER_PORT \\+ 1")])
 def test_a_missing_or_bad_address_is_a_backend_error(env, words):
     with pytest.raises(BackendError, match=words):
         address(env)

@@ -11,7 +11,7 @@ NCCL unique id travels from rank 0 to the others over MPI when an MPI runtime st
 (``tessera-ref launch``, ``mpiexec``), else by the rendezvous at ``MASTER_ADDR:MASTER_PORT``
 (:mod:`tessera_ref.backends.cuda.rendezvous`; torchrun, MESH-MP-7). A group that does not finish in
 ``TESSERA_COMM_TIMEOUT`` seconds aborts the communicator and is a
-:class:`~tessera_ref.errors.BackendError` naming the ranks awaited. Importing this module needs
+:class:`~tessera_ref.errors.PeerError` naming the ranks awaited. Importing this module needs
 neither CuPy nor a GPU; opening the transport needs both (NCCL refuses two ranks on one GPU).
 """
 from __future__ import annotations
@@ -22,12 +22,15 @@ import time
 import numpy as np
 
 from ...dist.world import mpi_started, world
-from ...errors import BackendError
-from ..p2p import Transport, register_transport, timeout
-from .rendezvous import share_bytes
+from ...errors import BackendError, CollectiveError, PeerError
+from ...settings import comm_timeout, integer
+from ..p2p import Transport, register_transport
+from .rendezvous import address, share_bytes
 from .runtime import _cupy
 
 __all__ = ["NCCLTransport"]
+
+_ID_CHARS = 128   # NCCL_UNIQUE_ID_BYTES
 
 
 class NCCLTransport(Transport):
@@ -45,13 +48,13 @@ class NCCLTransport(Transport):
         self._nccl = nccl
         w = world() if w is None else w
         self.rank, self.size = w.rank, w.size
-        local = int(os.environ.get("LOCAL_RANK", w.rank))
+        local = integer("LOCAL_RANK", os.environ.get("LOCAL_RANK") or str(w.rank), 0)
         count = cp.cuda.runtime.getDeviceCount()
         if w.size > count and local >= count:
             raise BackendError(f"rank {w.rank} (LOCAL_RANK {local}) has no GPU of its own: this machine has {count}",
                                fix=f"launch at most {count} ranks per machine (NCCL refuses two ranks on one GPU)")
         cp.cuda.Device(local % count).use()
-        self.timeout = timeout()
+        self.timeout = comm_timeout()
         self.comm = nccl.NcclCommunicator(w.size, _shared_unique_id(nccl, w, self.timeout), w.rank)
 
     def exchange(self, outgoing: dict, incoming: dict) -> dict:
@@ -72,7 +75,7 @@ class NCCLTransport(Transport):
         while not stream.done:
             if time.monotonic() > deadline:
                 self.comm.abort()
-                raise BackendError(f"rank {self.rank}: no answer from rank(s) {sorted({*incoming, *outgoing})} in "
+                raise PeerError(f"rank {self.rank}: no answer from rank(s) {sorted({*incoming, *outgoing})} in "
                                    f"{self.timeout:g} s over NCCL — they died or took another path through the "
                                    f"program",
                                    fix="check the output of those ranks (TESSERA_COMM_TIMEOUT sets the wait)")
@@ -93,7 +96,14 @@ def _shared_unique_id(nccl, w, wait: float) -> tuple:
         from mpi4py import MPI
         return MPI.COMM_WORLD.bcast(uid, root=0)
     payload = None if uid is None else np.array(uid, dtype=np.int16).tobytes()
-    return tuple(np.frombuffer(share_bytes(payload, w.rank, w.size, wait), dtype=np.int16).tolist())
+    got = share_bytes(payload, w.rank, w.size, wait, length=2 * _ID_CHARS)
+    got = tuple(np.frombuffer(got, dtype=np.int16).tolist())
+    if not all(-128 <= c <= 255 for c in got):
+        host, port = address()
+        raise CollectiveError(f"rank {w.rank}: rank 0 at {host}:{port} sent an NCCL unique id that is not "
+                              f"{_ID_CHARS} C chars (values {min(got)}..{max(got)})",
+                              fix="start every rank with the same tessera_ref version")
+    return got
 
 
 register_transport("nccl", NCCLTransport)
