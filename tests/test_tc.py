@@ -539,6 +539,27 @@ def test_lowered_tc_matmul_gives_the_graph_bits(tile, batch):
     assert 'accum = "tc:sm80"' in str(program.tile)
 
 
+@pytest.mark.parametrize("tile", [(32, 32, 32), (32, 64, 64), (64, 32, 96)])
+def test_lowered_fp8_tc_gemm_gives_the_graph_bits(tile):
+    """The tile interpreter runs tc.mma per K tile of whole instructions (NUM-TC-5): the Graph
+    IR's bits, on the e5m2 outputs planted to show the fp8 structure."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "lowering"))
+    from lowering_helpers import assert_same_bits, lowered
+    from tessera_conformance.cases.numerics._common import fp8_structure_rows
+
+    rng = np.random.default_rng(13)
+    a, b, c = ((rng.standard_normal(s) * 2.0 ** rng.integers(-3, 4, s)).astype(E5M2)
+               for s in ((64, 192), (192, 64), (64, 64)))
+    fp8_structure_rows(a, b, c)
+    pol = Policy("fp8_e5m2", accum="tc:sm90")
+    got, want, reports, _ = lowered(lambda p, q, r: op.gemm(p, q, r), *(tr.asarray(v, policy=pol) for v in (a, b, c)),
+                                    directives=dict(tile=tile))
+    assert_same_bits(got, want)
+    assert [float(want[0][i, i]) for i in range(3)] == [20480.0, 16384.0, 2.0 ** -16] and reports[0].findings == []
+
+
 def test_lowering_refuses_a_k_tile_that_splits_blocks():
     import sys
     from pathlib import Path
