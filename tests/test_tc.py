@@ -32,7 +32,10 @@ FORMATS = {"f16": (F16, -14), "bf16": (BF16, -126), "fp8_e4m3": (E4M3, -6), "fp8
 # per model and format: (products per block, extra alignment bits) — restated from the spec table
 PARAMS = {("tc:sm70", "f16"): (4, 0), ("tc:sm80", "f16"): (8, 1), ("tc:sm80", "bf16"): (8, 1),
           ("tc:sm90", "f16"): (16, 2), ("tc:sm90", "bf16"): (16, 2),
-          ("tc:sm90", "fp8_e4m3"): (32, -10), ("tc:sm90", "fp8_e5m2"): (32, -10)}
+          ("tc:sm90", "fp8_e4m3"): (16, 2), ("tc:sm90", "fp8_e5m2"): (16, 2)}
+# sm_90's fp8 m16n8k32 (NUM-TC-1): per 32 k, a block of the k with k mod 4 in {0, 1} from +0, then
+# one of the rest onto it, the inputs' exponent floor f16's -14; then C + that by an f32 add
+FP8_SM90 = {("tc:sm90", "fp8_e4m3"), ("tc:sm90", "fp8_e5m2")}
 
 
 # ---------------------------------------------------------------------------------------
@@ -68,30 +71,20 @@ def _round_out(s: Fraction, bits: int, emin: int, emax: int, nearest: bool):
     return math.copysign(float(v), s)  # float(v) is exact: v has few significant bits
 
 
-def slow_tc(a_row, b_col, c, model: str, fmt: str, out: str = "f32") -> float:
-    """One output of the block-FMA model (NUM-TC-2…4), as exact fractions."""
-    n, align = PARAMS[(model, fmt)]
-    emin_in = FORMATS[fmt][1]
-    with np.errstate(invalid="ignore", over="ignore"):  # f64 products, for the special values only
-        prods = [float(np.float64(x) * np.float64(y)) for x, y in zip(a_row, b_col)]
-    specials = prods + [float(c)]
-    if any(math.isnan(v) for v in specials) or (math.inf in specials and -math.inf in specials):
-        return math.nan
-    if math.inf in specials or -math.inf in specials:
-        return math.inf if math.inf in specials else -math.inf
-
+def _slow_blocks(acc: float, groups, a_row, b_col, align: int, emin_in: int, out: str) -> float:
+    """The block chain of NUM-TC-2/3 onto ``acc`` over ``groups`` (lists of k), finite values."""
     def expo(x: float, lo: int) -> int:
         return max(_log2_floor(abs(Fraction(x))), lo)
 
-    acc = float(c)  # a float, so that a result rounded to -0 keeps its sign
-    for k0 in range(0, len(a_row), n):
+    for ks in groups:
         if math.isinf(acc):
             break  # an accumulator that overflowed stays infinite
         terms, exps = [], []
-        for x, y in zip(a_row[k0:k0 + n], b_col[k0:k0 + n]):
-            if float(x) != 0 and float(y) != 0:
-                terms.append(Fraction(float(x)) * Fraction(float(y)))
-                exps.append(expo(float(x), emin_in) + expo(float(y), emin_in))
+        for k in ks:
+            x, y = float(a_row[k]), float(b_col[k])
+            if x != 0 and y != 0:
+                terms.append(Fraction(x) * Fraction(y))
+                exps.append(expo(x, emin_in) + expo(y, emin_in))
         if acc != 0:
             terms.append(Fraction(acc))
             exps.append(expo(acc, -126))
@@ -104,6 +97,49 @@ def slow_tc(a_row, b_col, c, model: str, fmt: str, out: str = "f32") -> float:
             acc = _round_out(s, 11, -14, 15, nearest=True)
         else:
             acc = _round_out(s, 24 + min(align, 0), -126, 127, nearest=False)
+    return acc
+
+
+def _slow_specials(values):
+    """NUM-TC-3's verdict on products and accumulator ``values``: NaN, ±inf, or None (all finite)."""
+    if any(math.isnan(v) for v in values) or (math.inf in values and -math.inf in values):
+        return math.nan
+    if math.inf in values or -math.inf in values:
+        return math.inf if math.inf in values else -math.inf
+    return None
+
+
+def _slow_f32_add(x: float, y: float) -> float:
+    """IEEE f32 ``x + y`` of two f32 values: the exact sum rounded once to nearest even."""
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x + y  # Python's inf/NaN arithmetic is IEEE's
+    exact = Fraction(x) + Fraction(y)
+    if exact == 0:
+        return -0.0 if math.copysign(1, x) < 0 and math.copysign(1, y) < 0 else 0.0
+    with np.errstate(over="ignore"):
+        return math.copysign(float(round_f32(abs(exact))), exact)  # >= 2^128 - 2^103 rounds to inf
+
+
+def slow_tc(a_row, b_col, c, model: str, fmt: str, out: str = "f32") -> float:
+    """One output of the block-FMA model (NUM-TC-2…4), as exact fractions."""
+    n, align = PARAMS[(model, fmt)]
+    with np.errstate(invalid="ignore", over="ignore"):  # f64 products, for the special values only
+        prods = [float(np.float64(x) * np.float64(y)) for x, y in zip(a_row, b_col)]
+    K = len(a_row)
+    if (model, fmt) not in FP8_SM90:
+        special = _slow_specials(prods + [float(c)])
+        if special is not None:
+            return special
+        return _slow_blocks(float(c), [range(k0, min(k0 + n, K)) for k0 in range(0, K, n)], a_row, b_col, align,
+                            FORMATS[fmt][1], out)
+    acc = float(c)  # a float, so that a result rounded to -0 keeps its sign
+    for i0 in range(0, K, 32):
+        ks = range(i0, min(i0 + 32, K))
+        groups = [[k for k in ks if k % 4 < 2], [k for k in ks if k % 4 >= 2]]
+        part = _slow_specials([prods[k] for k in ks])
+        if part is None:
+            part = _slow_blocks(0.0, groups, a_row, b_col, align, -14, "f32")
+        acc = _slow_f32_add(acc, part)
     return acc
 
 
@@ -250,13 +286,65 @@ def test_f16_accumulation_rounds_to_nearest_even_per_block():
     assert got.dtype == np.float16 and int(got.view(np.uint16)) == 0x3C01
 
 
-def test_fp8_on_sm90_keeps_14_bits():
-    # e5m2: grid 2^(E-13); 1 + 2^-14 loses the 2^-14 (0x3F800000); 1 + 2^-13 keeps it
-    # (0x3F800400); 1 + 2^-13 + 2^-13·... the block result has 14 significant bits.
-    assert f32_bits(run_one([1.0, 2.0 ** -7], [1.0, 2.0 ** -7], 0.0, "tc:sm90", "fp8_e5m2")) == 0x3F800000
-    assert f32_bits(run_one([1.0, 2.0 ** -7], [1.0, 2.0 ** -6], 0.0, "tc:sm90", "fp8_e5m2")) == 0x3F800400
-    # c = 1 + 2^-20 (f32) alone in the block: E = 0, grid 2^-13: c truncates to 1.0
-    assert f32_bits(run_one([0.0], [0.0], 1.0 + 2.0 ** -20, "tc:sm90", "fp8_e4m3")) == 0x3F800000
+# sm_90 fp8 (NUM-TC-1): per 32 k, block 1 = the k with k mod 4 in {0, 1} from +0, block 2 = the
+# rest onto it (16 products, grid 2^(E-25), toward zero to 24 bits); then C + that, f32 to nearest.
+S = 1.5 * 2.0 ** -13  # e5m2 (normal); S·2^-12 = 1.5·2^-25, below sm_90's grid 2^-25 next to a product 1
+
+
+def _small_products_and_1(at):
+    """Products 1.5·2^-25 at the k of ``at``, 1 at k = 2 (block 2: 2 mod 4 = 2)."""
+    a, b = [0.0] * 20, [0.0] * 20
+    a[2] = b[2] = 1.0
+    for k in at:
+        a[k], b[k] = S, 2.0 ** -12
+    return a, b
+
+
+def test_fp8_on_sm90_groups_k_mod_4():
+    # eight products 1.5·2^-25 at k = 0, 1, 4, 5, 8, 9, 12, 13 (mod 4 in {0, 1}): block 1 sums
+    # them exactly from +0 to 12·2^-25 = 3·2^-23; block 2 (the 1: E = 0, grid 2^-25) keeps that:
+    # 1 + 3·2^-23 = 0x3F800003. Had k 0–15 formed block 1 (halves), or had the eight been at
+    # k = 3, 6, 7, 10, 11, 14, 15, 18 (mod 4 in {2, 3}: the 1's block), each would be truncated
+    # to 2^-25 beside the 1: 1 + 8·2^-25 = 1 + 2^-22 = 0x3F800002.
+    first, second = (0, 1, 4, 5, 8, 9, 12, 13), (3, 6, 7, 10, 11, 14, 15, 18)
+    assert f32_bits(run_one(*_small_products_and_1(first), 0.0, "tc:sm90", "fp8_e5m2")) == 0x3F800003
+    assert f32_bits(run_one(*_small_products_and_1(second), 0.0, "tc:sm90", "fp8_e5m2")) == 0x3F800002
+
+
+def test_fp8_on_sm90_adds_c_to_nearest_after_the_blocks():
+    # one product 1.5·2^-12 · 2^-12 = 1.5·2^-24, c = 1: the blocks give 1.5·2^-24 exactly; the f32
+    # add 1 + 0.75 ulp rounds to nearest: 1 + 2^-23 = 0x3F800001. With c in the block (grid
+    # 2^-25 keeps 3·2^-25) the sum would be rounded toward zero: 1.0 = 0x3F800000.
+    assert f32_bits(run_one([1.5 * 2.0 ** -12], [2.0 ** -12], 1.0, "tc:sm90", "fp8_e5m2")) == 0x3F800001
+    assert f32_bits(run_one([1.5 * 2.0 ** -12], [2.0 ** -12], 1.0, "tc:sm90", "f16")) == 0x3F800000
+
+
+def test_fp8_on_sm90_keeps_a_c_below_the_block_grid():
+    # products 1 and -1 cancel (E = 0, grid 2^-25); c = 2^-30 lies below that grid and would be
+    # truncated away in the block (+0): added after, it survives: 2^-30 = 0x30800000.
+    assert f32_bits(run_one([1.0, -1.0], [1.0, 1.0], 2.0 ** -30, "tc:sm90", "fp8_e4m3")) == 0x30800000
+    assert f32_bits(run_one([1.0, -1.0], [1.0, 1.0], 2.0 ** -30, "tc:sm90", "f16")) == 0x00000000
+    # c = 1 + 2^-20 is f32, not 14-bit: it passes through unchanged (0x3F800008)
+    assert f32_bits(run_one([0.0], [0.0], 1.0 + 2.0 ** -20, "tc:sm90", "fp8_e4m3")) == 0x3F800008
+
+
+def test_fp8_on_sm90_instructions_add_one_after_another():
+    # k 0 and k 32 lie in two instructions: c = 2^24 (0x4B800000); + 1 (k 0) is a tie, to even:
+    # 2^24; + 1 (k 32) again: 2^24 = 0x4B800000. One add of the exact 2 would give 2^24 + 2.
+    a = [1.0] + [0.0] * 31 + [1.0]
+    assert f32_bits(run_one(a, a, 2.0 ** 24, "tc:sm90", "fp8_e4m3")) == 0x4B800000
+    assert f32_bits(run_one(a[:1] + a[-1:], a[:1] + a[-1:], 2.0 ** 24, "tc:sm90", "fp8_e4m3")) == 0x4B800001
+
+
+@pytest.mark.parametrize("a, b, c, want", [
+    ([math.inf], [-1.0], 3.0, 0xFF800000),                                      # 3 + -inf
+    ([math.inf] + [0.0] * 31 + [1.0], [1.0] + [0.0] * 31 + [-math.inf], 0.0, 0x7FC00000),  # +inf, then -inf
+    ([1.0], [-math.inf], math.inf, 0x7FC00000),                                 # c = +inf, a -inf product
+    ([1.0], [1.0], math.nan, 0x7FC00000),
+])
+def test_fp8_on_sm90_special_values(a, b, c, want):
+    # the blocks' verdict (NUM-TC-3) per instruction, then IEEE's f32 add; NaN is the canonical one
+    assert f32_bits(run_one(a, b, c, "tc:sm90", "fp8_e5m2")) == want
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,9 +415,12 @@ def test_about_80_percent_of_k64_f16_dot_products_differ_from_the_fma_chain():
 def error_bound(a, b, c, model, fmt):
     """NUM-TC-4's bound on |D − (C + Σ a_k b_k)| for one output (f32 accumulation)."""
     n, align = PARAMS[(model, fmt)]
-    emin = FORMATS[fmt][1]
+    K, fp8 = len(a), (model, fmt) in FP8_SM90
+    emin = -14 if fp8 else FORMATS[fmt][1]
     eps = Fraction(n + 1, 2 ** (23 + align)) + Fraction(1, 2 ** (23 + min(align, 0)))
-    blocks = max(1, -(-len(a) // n))
+    # rounding steps: the blocks; for fp8 per instruction its nonempty k-mod-4 groups and the f32 add
+    blocks = max(1, sum(len({k % 4 < 2 for k in range(i0, min(i0 + 32, K))}) + 1 for i0 in range(0, K, 32))
+                 if fp8 else -(-K // n))
     lift = [max(abs(Fraction(float(x))), _pow2(emin)) for x in a], [max(abs(Fraction(float(y))), _pow2(emin)) for y in b]
     total = abs(Fraction(float(c))) + sum((x * y for x, y in zip(*lift)), Fraction(0))
     grow = (1 + eps) ** blocks
@@ -343,7 +434,7 @@ def test_model_satisfies_the_stated_error_bound(model, fmt):
     for scale in (1.0, 2.0 ** -6, 8.0):
         a = (rng.standard_normal((6, 96)) * scale).astype(dtype)
         b = (rng.standard_normal((96, 5)) * scale).astype(dtype)
-        c = rng.standard_normal((6, 5)).astype(np.float32)
+        c = (rng.standard_normal((6, 5)) * scale ** 2).astype(np.float32)  # of the products' size
         d = tc.mma(a, b, c, model)
         fast_bound = tc.error_bound(a, b, c, model)
         worst = Fraction(0)
@@ -448,6 +539,27 @@ def test_lowered_tc_matmul_gives_the_graph_bits(tile, batch):
     assert 'accum = "tc:sm80"' in str(program.tile)
 
 
+@pytest.mark.parametrize("tile", [(32, 32, 32), (32, 64, 64), (64, 32, 96)])
+def test_lowered_fp8_tc_gemm_gives_the_graph_bits(tile):
+    """The tile interpreter runs tc.mma per K tile of whole instructions (NUM-TC-5): the Graph
+    IR's bits, on the e5m2 outputs planted to show the fp8 structure."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent / "lowering"))
+    from lowering_helpers import assert_same_bits, lowered
+    from tessera_conformance.cases.numerics._common import fp8_structure_rows
+
+    rng = np.random.default_rng(13)
+    a, b, c = ((rng.standard_normal(s) * 2.0 ** rng.integers(-3, 4, s)).astype(E5M2)
+               for s in ((64, 192), (192, 64), (64, 64)))
+    fp8_structure_rows(a, b, c)
+    pol = Policy("fp8_e5m2", accum="tc:sm90")
+    got, want, reports, _ = lowered(lambda p, q, r: op.gemm(p, q, r), *(tr.asarray(v, policy=pol) for v in (a, b, c)),
+                                    directives=dict(tile=tile))
+    assert_same_bits(got, want)
+    assert [float(want[0][i, i]) for i in range(3)] == [20480.0, 16384.0, 2.0 ** -16] and reports[0].findings == []
+
+
 def test_lowering_refuses_a_k_tile_that_splits_blocks():
     import sys
     from pathlib import Path
@@ -457,5 +569,11 @@ def test_lowering_refuses_a_k_tile_that_splits_blocks():
     pol = Policy("fp8_e4m3", accum="tc:sm90")
     a = tr.asarray(np.ones((32, 64), E4M3), policy=pol)
     b = tr.asarray(np.ones((64, 32), E4M3), policy=pol)
-    with pytest.raises(LoweringError, match="the K tile 16 splits the 32-product blocks of tc:sm90"):
+    with pytest.raises(LoweringError, match=r"the K tile 16 splits the k = 32 instructions of tc:sm90 \(fp8_e4m3"):
         lowered(lambda p, q: op.matmul(p, q), a, b, directives=dict(tile=(16, 16, 16)))
+    # sm_80's m16n8k16 is two blocks of 8: a K tile of 8 holds whole blocks but half an instruction
+    pol = Policy("bf16", accum="tc:sm80")
+    a = tr.asarray(np.ones((32, 64), BF16), policy=pol)
+    b = tr.asarray(np.ones((64, 32), BF16), policy=pol)
+    with pytest.raises(LoweringError, match=r"the K tile 8 splits the k = 16 instructions of tc:sm80"):
+        lowered(lambda p, q: op.matmul(p, q), a, b, directives=dict(tile=(16, 16, 8)))

@@ -91,17 +91,18 @@ _MMA = re.compile(r"tsr_mma_m16n8k(?:16|32)_(bf16|f16|e4m3|e5m2)")
 
 
 def _tc_options(text: str, kernel: str):
-    """The block FMA the harness's mma.sync computes for ``kernel``'s inputs: the device's
-    (sm_90's) tensor-core model, as the GPU would (None without mma.sync). The format is the
-    one mma of the text, or the one a macro instantiates ``kernel`` with."""
+    """The instruction the harness's mma.sync computes for ``kernel``'s inputs (a resolved
+    ``BlockFMA``): the device's (sm_90's) tensor-core model, as the GPU would (None without
+    mma.sync). The format is the one mma of the text, or the one a macro instantiates
+    ``kernel`` with."""
     found = set(_MMA.findall(text))
     if len(found) > 1:
         found = set(re.findall(rf"\b{re.escape(kernel)}\s*,\s*tsr_mma_m16n8k(?:16|32)_(\w+)", text))
     if len(found) != 1:
         return None
     fmt = found.pop()
-    blk = tc.model("tc:sm90").block({"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2"}.get(fmt, fmt))
-    return blk.products, blk.align_bits
+    fmt = {"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2"}.get(fmt, fmt)
+    return tc.model("tc:sm90").block(fmt).resolved(fmt)
 
 
 class _Module:

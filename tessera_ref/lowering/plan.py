@@ -69,16 +69,16 @@ def check_policy(op: Operation, *types, rounding: tuple = ("rne",), overflow: tu
 
 def mma_accum(op: Operation, bk: int) -> str:
     """The ``accum`` of ``op``'s mma ops: its policy's accum format, or its tensor-core model
-    (``"tc:sm80"``, NUM-TC-5) when the K tile ``bk`` holds whole blocks of that model — the
-    blocks then start at the same k in the kernel as in the Graph IR."""
+    (``"tc:sm80"``, NUM-TC-5) when the K tile ``bk`` holds whole instructions of that model —
+    the instructions (and their blocks) then start at the same k in the kernel as in the Graph IR."""
     policy = op.operands[0].type.policy
     if policy.tc is None:
         return policy.accum.name
     model = tc.model(policy.tc)
-    n = model.block(policy.storage).products
+    n = model.block(policy.storage).instruction_k
     if bk % n:
         short = op.name.rsplit(".", 1)[-1]
-        raise LoweringError(f"{short}: the K tile {bk} splits the {n}-product blocks of {model.name} "
+        raise LoweringError(f"{short}: the K tile {bk} splits the k = {n} instructions of {model.name} "
                             f"({policy.storage.name} inputs)", location=op.location,
                             fix=f"pick a K tile that is a multiple of {n}: schedule.tile((BM, BN, {max(n, bk - bk % n)}))")
     return model.name

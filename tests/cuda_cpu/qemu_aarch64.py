@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
     if (fread(args[i], 1, sizes[i], in) != (size_t)sizes[i]) return 2;
   }
   fclose(in);
-  tsr_cpu_options opt = {atoi(argv[3]), atoi(argv[4]), strtoull(argv[5], nullptr, 10), %(smem)dL, %(tc_products)d,
-                         %(tc_align)d};
+  tsr_cpu_options opt = {atoi(argv[3]), atoi(argv[4]), strtoull(argv[5], nullptr, 10), %(smem)dL, %(tc)s};
   const long grid[3] = {%(grid)s};
   tsr_cpu_result res;
   tsr_launch_%(kernel)s(grid, %(lanes)d, args, &opt, &res);  // its result is res.kind != 0
@@ -87,10 +86,11 @@ STATS = {"compiles": 0, "compile_seconds": 0.0, "runs": 0}
 
 
 def _program(lib: Emulated, kernel, grid3, lanes, smem, tc, sizes, work: Path) -> Path:
-    products, align = tc or (0, 0)
+    *scalars, order = harness._tc_fields(tc)  # tc_products, tc_align, tc_emin, tc_fadd, tc_order
+    options = ", ".join(map(str, scalars)) + ", {" + ", ".join(map(str, order)) + "}"
     unit = build.translation_unit(lib.source, lib.kernels) + _MAIN % dict(
-        sizes=", ".join(f"{s}L" for s in sizes) or "0L", n=len(sizes), smem=smem, tc_products=products,
-        tc_align=align, grid=", ".join(f"{g}L" for g in grid3), kernel=kernel, lanes=lanes)
+        sizes=", ".join(f"{s}L" for s in sizes) or "0L", n=len(sizes), smem=smem, tc=options,
+        grid=", ".join(f"{g}L" for g in grid3), kernel=kernel, lanes=lanes)
     key = hashlib.sha256(unit.encode()).hexdigest()[:24]
     if key not in _BUILT or not _BUILT[key].exists():  # built in this on_qemu's directory
         src, exe = work / f"{key}.cpp", work / key

@@ -1,17 +1,20 @@
 """fp8 tensor-core GEMMs on the CUDA-on-CPU harness (CUDA-TC-3, CUDA-CPU-7): under ``tc:sm90``
 the rendered ``mma.sync.m16n8k32`` kernels give the interpreter's bits (the twin's instruction
-computes numerics/tc.py's fp8 block of 32), and the twin reads the instruction's fragments
-where the PTX ISA's m16n8k32 figures put them — checked on one instruction with a single
-nonzero byte placed by hand."""
+computes numerics/tc.py's fp8 instruction: two f16 blocks over k mod 4, then an f32 add of C),
+and the twin reads the instruction's fragments where the PTX ISA's m16n8k32 figures put them —
+checked on one instruction with a single nonzero byte placed by hand."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import tessera_ref as t
 from cpu_programs import bits, run_on, run_text
+from cuda_programs import h200_cases
+from tessera_conformance.cases.numerics._common import fp8_structure_rows
 from tessera_ref import backends, op
 from tessera_ref.backends.cuda.source import render
 from tessera_ref.lowering import lower
+from tessera_ref.numerics import tc
 
 DTYPES = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2}
 
@@ -25,13 +28,15 @@ GEMMS = {
 }
 
 
-def _gemm(fmt, M, N, K, with_c, directives, seed=5):
+def _gemm(fmt, M, N, K, with_c, directives, seed=5, plant=False):
     rng = np.random.default_rng(seed)
     dtype = DTYPES[fmt]
     # a spread of exponents, so that the blocks' alignment and truncation matter
     A = (rng.standard_normal((M, K)) * np.exp2(rng.integers(-4, 5, (M, K)))).astype(dtype)
     B = rng.standard_normal((K, N)).astype(dtype)
     args = [A, B] + ([rng.standard_normal((M, N)).astype(dtype)] if with_c else [])
+    if plant:
+        fp8_structure_rows(*args)
     pol = t.Policy(fmt, accum="tc:sm90")
     traced = [t.asarray(x, policy=pol) for x in args]
     fn = (lambda p, q, r: op.gemm(p, q, r)) if with_c else (lambda p, q: op.matmul(p, q))
@@ -93,28 +98,50 @@ def test_fp8_variants_give_the_interpreters_bits(name):
 
 
 def test_the_fp8_model_is_what_the_bits_show():
-    """The bits the harness matches are the fp8 model's (numerics.tc.mma: blocks of 32, 14 bits
-    toward zero), which on this data differ from the exactly rounded product."""
-    from tessera_ref.numerics import tc
-    program, (A, B), want = _gemm("fp8_e4m3", 64, 64, 64, False, None)
-    exact = A.astype(np.float64) @ B.astype(np.float64)
-    model = tc.mma(A, B, np.zeros((64, 64), np.float32), "tc:sm90").astype(want[0].dtype)
+    """The bits the harness matches are the fp8 model's (numerics.tc.mma, validated on an H200),
+    on outputs planted to show its structure (fp8_structure_rows (tessera_conformance)):
+
+    (0, 0): eight products 1.5·2^-12 at k mod 4 in {0, 1} sum exactly in the first block to
+    3·2^-10; the second (128·128 = 2^14 and 32·64 = 2^11: E = 14, grid 2^-11) keeps them, and
+    toward zero to 24 bits gives 2^14 + 2^11 + 2^-9: above the e5m2 tie, 20480 (as the exact
+    sum). (1, 1): the eight at k mod 4 in {2, 3}, in the 2^14's block: each 0.75 of the grid,
+    cut to 0; 2^14 + 2^11 is the tie, to even: 16384 (the exact sum gives 20480). (2, 2): the
+    products 1024 and −1024 cancel to +0; C = 2^-16 is added after by the f32 add: 2^-16 (in the
+    block, below its grid 2^-15, it would be cut)."""
+    program, (A, B, C), want = _gemm("fp8_e5m2", 96, 64, 160, True, None, plant=True)
+    got = run_on(program, (A, B, C), "reverse", "eager")[0][0]
+    assert np.array_equal(bits(got), bits(want[0]))
+    assert [float(want[0][i, i]) for i in range(3)] == [20480.0, 16384.0, 2.0 ** -16]
+    model = tc.mma(A, B, C.astype(np.float32), "tc:sm90").astype(want[0].dtype)
     assert np.array_equal(bits(want[0]), bits(model))
-    assert not np.array_equal(bits(want[0]), bits(exact.astype(np.float32).astype(want[0].dtype)))
+    exact = (A.astype(np.float64) @ B.astype(np.float64) + C.astype(np.float64)).astype(np.float32)
+    assert float(exact[1, 1].astype(want[0].dtype)) == 20480.0
 
 
-#: one m16n8k32 instruction on hand-packed registers: regs[lane] = a0..a3, b0, b1; c and d [lane][4]
-ONE_MMA = """
-extern "C" __global__ void one_mma(const unsigned* regs, const float* c, float* d, int e5m2) {
-  int l = threadIdx.x;
-  float acc[4] = {c[4 * l], c[4 * l + 1], c[4 * l + 2], c[4 * l + 3]};
-  unsigned a[4] = {regs[6 * l], regs[6 * l + 1], regs[6 * l + 2], regs[6 * l + 3]};
-  unsigned b[2] = {regs[6 * l + 4], regs[6 * l + 5]};
-  if (e5m2) tsr_mma_m16n8k32_e5m2(acc, a, b, acc);
-  else tsr_mma_m16n8k32_e4m3(acc, a, b, acc);
-  for (int i = 0; i < 4; ++i) d[4 * l + i] = acc[i];
+#: chains of m16n8k32 instructions on hand-packed registers, one 16 × 8 tile a block:
+#: regs[tile][step][lane] = a0..a3, b0, b1; c and d [tile][lane][4]
+MMA_TILES = """
+extern "C" __global__ void mma_tiles(const unsigned* regs, const float* c, float* d, int e5m2, int steps) {
+  int l = threadIdx.x, at = blockIdx.x * 32 + l;
+  float acc[4] = {c[4 * at], c[4 * at + 1], c[4 * at + 2], c[4 * at + 3]};
+  for (int s = 0; s < steps; ++s) {
+    const unsigned* r = regs + 6 * ((blockIdx.x * steps + s) * 32 + l);
+    unsigned a[4] = {r[0], r[1], r[2], r[3]};
+    unsigned b[2] = {r[4], r[5]};
+    if (e5m2) tsr_mma_m16n8k32_e5m2(acc, a, b, acc);
+    else tsr_mma_m16n8k32_e4m3(acc, a, b, acc);
+  }
+  for (int i = 0; i < 4; ++i) d[4 * at + i] = acc[i];
 }
 """
+
+
+def _run_tiles(fmt, regs, c, d):
+    """:data:`MMA_TILES` on the twin with ``fmt``'s tc:sm90 instruction (regs [tiles, steps, 32, 6])."""
+    blk = tc.model("tc:sm90").block(f"fp8_{fmt}").resolved(f"fp8_{fmt}")
+    run_text(MMA_TILES, "mma_tiles", (regs.shape[0],), 32,
+             [regs, c, d, np.int32(fmt == "e5m2"), np.int32(regs.shape[1])], tc=blk)
+
 
 #: Hand-placed cases, read off the PTX ISA's m16n8k32 .e4m3/.e5m2 fragment figures
 #: (g = lane >> 2, t = lane % 4; A a_i: row g for i in 0-3 and 8-11, g + 8 otherwise; column
@@ -137,7 +164,7 @@ CASES = [
     # (1, 5). D (0, 5): lane 2, c1.
     ((0, 0, 1), (20, 0, 1), (2, 1)),
 ]
-#: codes of 2.0 and 3.0 (their product 6 + C's 0.25 is exact in the model's 14 bits)
+#: codes of 2.0 and 3.0 (their product 6 + C's 0.25 is exact in f32)
 TWO, THREE = {"e4m3": 0x40, "e5m2": 0x40}, {"e4m3": 0x44, "e5m2": 0x42}
 
 
@@ -145,16 +172,69 @@ TWO, THREE = {"e4m3": 0x40, "e5m2": 0x40}, {"e4m3": 0x44, "e5m2": 0x42}
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_the_twins_m16n8k32_reads_the_ptx_fragment_layout(case, fmt):
     (la, ra, ba), (lb, rb, bb), (ld, rd) = CASES[case]
-    regs = np.zeros((32, 6), np.uint32)
-    regs[la, ra] = TWO[fmt] << (8 * ba)
-    regs[lb, 4 + rb] = THREE[fmt] << (8 * bb)
+    regs = np.zeros((1, 1, 32, 6), np.uint32)
+    regs[0, 0, la, ra] = TWO[fmt] << (8 * ba)
+    regs[0, 0, lb, 4 + rb] = THREE[fmt] << (8 * bb)
     c = np.full((32, 4), 0.25, np.float32)
     d = np.zeros((32, 4), np.float32)
-    run_text(ONE_MMA, "one_mma", (1,), 32, [regs, c, d, np.int32(fmt == "e5m2")], tc=(32, -10))
+    _run_tiles(fmt, regs, c, d)
     want = np.full((32, 4), 0.25, np.float32)
     want[ld, rd] = 6.25
     assert np.array_equal(d, want), np.argwhere(d != want)
     # the same A byte against a B byte one k further on meets nothing: no product anywhere
-    regs[lb, 4 + rb] = THREE[fmt] << (8 * ((bb + 1) % 4)) if bb < 3 else THREE[fmt] << (8 * (bb - 1))
-    run_text(ONE_MMA, "one_mma", (1,), 32, [regs, c, d, np.int32(fmt == "e5m2")], tc=(32, -10))
+    regs[0, 0, lb, 4 + rb] = THREE[fmt] << (8 * ((bb + 1) % 4)) if bb < 3 else THREE[fmt] << (8 * (bb - 1))
+    _run_tiles(fmt, regs, c, d)
     assert np.array_equal(d, np.full((32, 4), 0.25, np.float32))
+
+
+def _fragments(A, B, C):
+    """The m16n8k32 registers of ``A`` [M, K] and ``B`` [K, N] (fp8 codes) and C [M, N] per
+    16 × 8 tile (row-major tiles), in the layout of the comment above :data:`CASES`:
+    ``(regs [tiles, K/32, 32, 6], c [tiles, 32, 4])`` and the (row, column) of each c."""
+    M, K = A.shape
+    N = B.shape[1]
+    lane = np.arange(32)
+    g, t = lane >> 2, lane & 3
+    j, q = np.arange(4)[:, None], np.arange(4)[None, :]  # register, byte
+    a_row = g[:, None, None] + 8 * (j % 2)[None]                # [lane, j, 1]
+    a_col = (4 * t)[:, None, None] + q[None] + 16 * (j // 2)[None]  # [lane, j, q]
+    b_row = (4 * t)[:, None, None] + q[None] + 16 * j[:2][None]  # [lane, j < 2, q]
+    c_row = g[:, None] + 8 * (np.arange(4) >= 2)[None]
+    c_col = (2 * t)[:, None] + (np.arange(4) & 1)[None]
+    regs, cs, where = [], [], []
+    for m0 in range(0, M, 16):
+        for n0 in range(0, N, 8):
+            steps = []
+            for k0 in range(0, K, 32):
+                a = A[m0 + a_row, k0 + a_col].astype(np.uint32)                 # [32, 4, 4]
+                b = B[k0 + b_row, n0 + g[:, None, None]].astype(np.uint32)     # [32, 2, 4]
+                pack = lambda x: (x << (8 * np.arange(4))).sum(axis=-1, dtype=np.uint32)  # noqa: E731
+                steps.append(np.concatenate([pack(a), pack(b)], axis=1))
+            regs.append(steps)
+            cs.append(C[m0 + c_row, n0 + c_col])
+            where.append((m0 + c_row, n0 + c_col))
+    return np.array(regs, np.uint32), np.array(cs, np.float32), where
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_the_twins_m16n8k32_gives_the_h200s_bits(fmt):
+    """Every fp8 case of tests/cuda/data/h200_mma_2026-11-28.npz through the twin's instruction,
+    chained over K as the device's kernel did: the device's bits (NaN: NaN)."""
+    checked = 0
+    for K in (32, 128):
+        cases = [case for case in h200_cases(fmt) if case[1].shape[1] == K]
+        packed = [_fragments(a.view(np.uint8), b.view(np.uint8), c) for _, a, b, c, _ in cases]
+        regs = np.concatenate([p[0] for p in packed])
+        c = np.concatenate([p[1] for p in packed])
+        d = np.zeros_like(c)
+        _run_tiles(fmt[4:], regs, c, d)
+        tile = 0
+        for (key, *_, want), (_, _, where) in zip(cases, packed):
+            got = np.zeros_like(want)
+            for rows, cols in where:
+                got[rows, cols] = d[tile]
+                tile += 1
+            same = np.where(np.isnan(want), np.isnan(got), got.view(np.uint32) == want.view(np.uint32))
+            assert same.all(), (key, np.argwhere(~same)[:3])
+            checked += want.size
+    assert checked == 31616

@@ -1,9 +1,12 @@
 """CUDA-CPU-8, the mutation proof: bugs planted in rendered kernels (each plant keeps the line
 count, so the CUDA lines and their Tile IR locations stay valid) are caught — as a finding
 naming the planted line, or as bits that differ from the interpreter's — by some schedule and
-cp.async mode; and the unplanted kernels pass under every one of them."""
+cp.async mode; and the unplanted kernels pass under every one of them. A wrong tensor-core
+structure in the twin's ``mma.sync`` (a wrong model of the device) is caught the same way."""
+import dataclasses
 import functools
 import re
+from unittest import mock
 
 import ml_dtypes
 import numpy as np
@@ -11,8 +14,10 @@ import pytest
 
 import tessera_ref as t
 from cpu_programs import COMBOS, bits, on_the_interpreter
+from tessera_conformance.cases.numerics._common import fp8_structure_rows
 from tessera_ref import backends, op
 from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding
+from tessera_ref.backends.cuda.cpu import backend as cpu_backend
 from tessera_ref.backends.cuda.source import Source, render
 from tessera_ref.lowering import lower
 
@@ -45,6 +50,19 @@ def _tc_program(fmt="bf16", dtype=ml_dtypes.bfloat16, model="tc:sm80"):
 
 
 @functools.lru_cache(maxsize=None)
+def _fp8_structure():
+    """An e5m2 gemm under tc:sm90 with the outputs of fp8_structure_rows (tessera_conformance)."""
+    rng = np.random.default_rng(9)
+    A, B, C = (rng.standard_normal(s).astype(ml_dtypes.float8_e5m2) for s in ((64, 64), (64, 64), (64, 64)))
+    fp8_structure_rows(A, B, C)
+    pol = t.Policy("fp8_e5m2", accum="tc:sm90")
+    program = lower(t.jit(lambda p, q, r: op.gemm(p, q, r)).trace(*(t.asarray(x, policy=pol) for x in (A, B, C))))
+    with backends.use("interp"):
+        want, _ = program.run(A, B, C)
+    return program, [A, B, C], want
+
+
+@functools.lru_cache(maxsize=None)
 def _softmax_100():
     """Rows of 100 elements: the lanes' last pass is partial, so its bound is live."""
     x = np.random.default_rng(6).standard_normal((3, 100)).astype(np.float32)
@@ -56,7 +74,7 @@ def _softmax_100():
 
 @functools.lru_cache(maxsize=None)
 def _program(name):
-    special = {"matmul_tc": _tc_program, "softmax_100": _softmax_100,
+    special = {"matmul_tc": _tc_program, "softmax_100": _softmax_100, "gemm_tc_fp8_structure": _fp8_structure,
                "matmul_tc_fp8": lambda: _tc_program("fp8_e4m3", ml_dtypes.float8_e4m3fn, "tc:sm90")}
     return special[name]() if name in special else on_the_interpreter(name, 5)
 
@@ -153,7 +171,25 @@ def test_a_divergent_barrier_is_a_finding_under_every_schedule():
     assert set(_verdicts("barrier in a divergent branch").values()) == {"finding"}
 
 
-@pytest.mark.parametrize("name", ["matmul_f32", "attention", "softmax_100", "matmul_tc"])
+#: the twin's fp8 instruction with another structure than the H200's (NUM-TC-1)
+MODEL_MUTANTS = {"first and second half of k instead of k mod 4": dict(order=tuple(range(32))),
+                 "C into the first block instead of an f32 add after": dict(fadd=False)}
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_MUTANTS))
+def test_a_wrong_fp8_structure_in_the_twin_is_caught(name):
+    program, inputs, want = _program("gemm_tc_fp8_structure")
+    right = cpu_backend._tc_block
+
+    def wrong(func):
+        return dataclasses.replace(right(func), **MODEL_MUTANTS[name])
+
+    with mock.patch.object(cpu_backend, "_tc_block", wrong), backends.use(CudaCpuBackend("lockstep", "deferred")):
+        got, _ = program.run(*inputs)
+    assert not np.array_equal(bits(got[0]), bits(want[0])), name
+
+
+@pytest.mark.parametrize("name", ["matmul_f32", "attention", "softmax_100", "matmul_tc", "gemm_tc_fp8_structure"])
 def test_unplanted_kernels_pass_under_every_combination(name):
     program, inputs, want = _program(name)
     for schedule, cp_async in COMBOS:

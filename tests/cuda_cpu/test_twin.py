@@ -119,8 +119,7 @@ def test_mma_sync_computes_the_tensor_core_model_in_the_ptx_fragment_layout(mode
     C = rng.standard_normal((16, 8)).astype(np.float32)
     fa, fb, fc = _fragments(A, B, C)
     out = np.zeros((32, 4), np.float32)
-    blk = tc.model(model).block("bf16")
-    run_text(MMA, "mma", (1,), 32, [fa, fb, fc, out], tc=(blk.products, blk.align_bits))
+    run_text(MMA, "mma", (1,), 32, [fa, fb, fc, out], tc=tc.model(model).block("bf16").resolved("bf16"))
     want = tc.mma(A, B, C, model)
     for lane in range(32):
         g, t = lane >> 2, lane & 3

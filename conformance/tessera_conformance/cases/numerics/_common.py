@@ -5,7 +5,7 @@ import numpy as np
 
 from tessera_conformance import ORACLE, not_applicable
 
-__all__ = ["oracle_only", "sample", "as_f32", "f64_bits", "same_values"]
+__all__ = ["oracle_only", "sample", "as_f32", "f64_bits", "same_values", "fp8_structure_rows"]
 
 
 def oracle_only(backend, what: str) -> None:
@@ -41,3 +41,17 @@ def f64_bits(values) -> np.ndarray:
     a = np.array(values, dtype=np.float64)
     a[np.isnan(a)] = np.uint64(0x7FF8000000000000).view(np.float64)
     return a
+
+
+def fp8_structure_rows(a, b, c) -> None:
+    """Plant in e5m2 operands (``a`` [M ≥ 3, K ≥ 20], ``b`` [K, N ≥ 3], ``c`` [M, N]) outputs whose
+    e5m2 bits show sm_90's fp8 structure (NUM-TC-1). (0, 0): 128·128 = 2^14 and 32·64 = 2^11
+    (an e5m2 tie) at k = 2, 3 plus eight products 1.5·2^-12 at k mod 4 in {0, 1}: summed in the
+    first block (3·2^-10), kept by the second (grid 2^-11): above the tie, 20480. (1, 1): the
+    eight at k mod 4 in {2, 3}, in the 2^14's block: each 0.75 of the grid, cut; the tie, to even:
+    16384. (2, 2): 1024 − 1024 and C = 2^-16, added after the blocks: 2^-16."""
+    a[:3], b[:, :3], c[:3, :3] = 0, 0, 0
+    for row, smalls, mid in ((0, [0, 1, 4, 5, 8, 9, 12, 13], 3), (1, [3, 6, 7, 10, 11, 14, 15, 18], 19)):
+        a[row, smalls], b[smalls, row] = 1.5 * 2.0 ** -6, 2.0 ** -6
+        a[row, 2], b[2, row], a[row, mid], b[mid, row] = 128, 128, 32, 64
+    a[2, :2], b[:2, 2], c[2, 2] = (32, -32), 32, 2.0 ** -16

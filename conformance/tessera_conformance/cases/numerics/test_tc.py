@@ -2,10 +2,12 @@
 
 A backend that runs a matmul under ``accum="tc:…"`` must give the model's bits. The reference
 below restates NUM-TC-2/3 in exact rationals, one output at a time: per block, the largest
-exponent ``E`` (inputs clamped at their format's smallest normal exponent), each term chopped
-toward zero to a multiple of ``2^(E − 23 − α)``, the exact sum rounded toward zero to f32.
-The operands hold rows built so that the model and the fma chain of NUM-RED-1 round
-differently even after the result is rounded into bf16/f16 storage.
+exponent ``E`` (inputs clamped at their floor: the format's smallest normal exponent, fp8 on
+sm_90 f16's), each term chopped toward zero to a multiple of ``2^(E − 23 − α)``, the exact sum
+rounded toward zero to f32; for fp8 on sm_90, per 32 k, the blocks of the k with k mod 4 in
+{0, 1} and of the rest from +0, then C plus that rounded to nearest even in f32. The operands
+hold rows built so that the model and the fma chain of NUM-RED-1 round differently even after
+the result is rounded into storage.
 """
 from __future__ import annotations
 
@@ -21,12 +23,14 @@ from tessera_ref.errors import LoweringError, PolicyError
 from tessera_conformance import assert_bits, clause, run
 
 from . import _ref_convert as R
-from ._common import oracle_only
+from ._common import fp8_structure_rows, oracle_only
 
-# (model, storage) -> (products per block, extra alignment bits, smallest normal exponent)
+# (model, storage) -> (products per block, extra alignment bits, the inputs' exponent floor)
 _TABLE = {("tc:sm70", "f16"): (4, 0, -14), ("tc:sm80", "f16"): (8, 1, -14), ("tc:sm80", "bf16"): (8, 1, -126),
           ("tc:sm90", "f16"): (16, 2, -14), ("tc:sm90", "bf16"): (16, 2, -126),
-          ("tc:sm90", "fp8_e4m3"): (32, -10, -6), ("tc:sm90", "fp8_e5m2"): (32, -10, -14)}
+          ("tc:sm90", "fp8_e4m3"): (16, 2, -14), ("tc:sm90", "fp8_e5m2"): (16, 2, -14)}
+# the instructions that add C after their blocks, by one f32 addition (NUM-TC-1: fp8 on sm_90)
+_FADD = {("tc:sm90", "fp8_e4m3"), ("tc:sm90", "fp8_e5m2")}
 
 
 def _e(q: Fraction, lo: int) -> int:
@@ -35,13 +39,11 @@ def _e(q: Fraction, lo: int) -> int:
     return max(e, lo)
 
 
-def _ref_dot(a_row, b_col, model: str, storage: str) -> float:
-    """One f32 output of NUM-TC-3 (finite operands)."""
-    n, alpha, emin = _TABLE[(model, storage)]
+def _ref_blocks(acc: float, groups, a_row, b_col, alpha: int, emin: int) -> float:
+    """The blocks of k ``groups`` onto the f32 ``acc`` (NUM-TC-2/3, finite operands)."""
     bits = 24 + min(alpha, 0)
-    acc = 0.0
-    for k0 in range(0, len(a_row), n):
-        pairs = [(Fraction(x), Fraction(y)) for x, y in zip(a_row[k0:k0 + n], b_col[k0:k0 + n]) if x and y]
+    for ks in groups:
+        pairs = [(Fraction(a_row[k]), Fraction(b_col[k])) for k in ks if a_row[k] and b_col[k]]
         terms = [x * y for x, y in pairs] + ([Fraction(acc)] if acc else [])
         exps = [_e(abs(x), emin) + _e(abs(y), emin) for x, y in pairs] + ([_e(abs(Fraction(acc)), -126)] if acc else [])
         if not terms:
@@ -54,6 +56,21 @@ def _ref_dot(a_row, b_col, model: str, storage: str) -> float:
             continue
         quantum = Fraction(2) ** (max(_e(abs(s), -1000), -126) - bits + 1)
         acc = math.copysign(float((abs(s) // quantum) * quantum), s)
+    return acc
+
+
+def _ref_dot(a_row, b_col, model: str, storage: str, c: float = 0.0) -> float:
+    """One f32 output of NUM-TC-3 (finite operands and results)."""
+    n, alpha, emin = _TABLE[(model, storage)]
+    K = len(a_row)
+    if (model, storage) not in _FADD:
+        return _ref_blocks(c, [range(k0, min(k0 + n, K)) for k0 in range(0, K, n)], a_row, b_col, alpha, emin)
+    acc = c
+    for i0 in range(0, K, 32):
+        ks = range(i0, min(i0 + 32, K))
+        part = _ref_blocks(0.0, [[k for k in ks if k % 4 < 2], [k for k in ks if k % 4 >= 2]], a_row, b_col,
+                           alpha, emin)
+        acc = R.add(acc, part, "f32")  # the f32 add: the exact sum rounded once to nearest even
     return acc
 
 
@@ -74,8 +91,9 @@ def _operands(model: str, storage: str, m: int, k: int, n: int, seed: int):
     return a, b
 
 
-def _reference(a, b, model, storage):
-    f = [[_ref_dot([float(x) for x in a[i]], [float(y) for y in b[:, j]], model, storage)
+def _reference(a, b, model, storage, c=None):
+    f = [[_ref_dot([float(x) for x in a[i]], [float(y) for y in b[:, j]], model, storage,
+                   0.0 if c is None else float(c[i, j]))
           for j in range(b.shape[1])] for i in range(a.shape[0])]
     return R.codes_to_array([R.round_code(v, storage, "rne", "native") for row in f for v in row],
                             storage).reshape(a.shape[0], b.shape[1])
@@ -94,6 +112,25 @@ def test_matmul_under_a_tc_policy_is_the_block_fma_model(backend, model, storage
     assert_bits(got, want, f"{model} {storage} matmul")
     chain = run(backend, lambda x, y: op.matmul(x, y), a, b)  # NUM-RED-1 rounds row 0 differently
     assert not np.array_equal(np.asarray(chain).view(np.uint8), want.view(np.uint8))
+
+
+@clause("NUM-TC-1", "NUM-TC-3", "NUM-TC-6")
+@pytest.mark.parametrize("storage", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_gemm_under_tc_sm90_is_two_f16_blocks_and_an_f32_add(backend, storage):
+    """``gemm`` of fp8 under ``tc:sm90``: per 32 k, a block over k mod 4 in {0, 1} and one over
+    the rest from +0, then C added in f32 to nearest even; rounded once into storage."""
+    rng = np.random.default_rng(12)
+    dtype = numerics.get_format(storage).dtype
+    a = (rng.standard_normal((16, 96)) * 2.0 ** rng.integers(-4, 5, (16, 96))).astype(dtype)
+    b, c = rng.standard_normal((96, 16)).astype(dtype), rng.standard_normal((16, 16)).astype(dtype)
+    if storage == "fp8_e5m2":
+        fp8_structure_rows(a, b, c)
+    policy = numerics.Policy(storage, accum="tc:sm90")
+    want = _reference(a, b, "tc:sm90", storage, c)
+    got = run(backend, lambda x, y, z: op.gemm(x, y, z), *(tr.asarray(v, policy=policy) for v in (a, b, c)))
+    assert_bits(got, want, f"tc:sm90 {storage} gemm")
+    if storage == "fp8_e5m2":
+        assert [float(want[i, i]) for i in range(3)] == [20480.0, 16384.0, 2.0 ** -16]
 
 
 @clause("NUM-TC-3")
@@ -118,16 +155,20 @@ def test_the_model_table(backend):
     oracle_only(backend, "the model table (numerics.tc)")
     from tessera_ref.numerics import tc
 
-    for (name, storage), (n, alpha, _) in _TABLE.items():
+    for (name, storage), (n, alpha, emin) in _TABLE.items():
         blk = tc.model(name).block(storage)
-        assert (blk.products, blk.align_bits) == (n, alpha), (name, storage)
-        assert blk.instruction_k % n == 0
+        assert (blk.products, blk.align_bits, blk.floor(storage)) == (n, alpha, emin), (name, storage)
+        assert blk.instruction_k % n == 0 and blk.fadd == ((name, storage) in _FADD)
+        fp8 = storage.startswith("fp8")
+        assert blk.k_order == (tuple(k for k in range(32) if k % 4 < 2) + tuple(k for k in range(32) if k % 4 > 1)
+                               if fp8 else tuple(range(blk.instruction_k)))
     assert sorted(tc.MODELS) == ["tc:sm70", "tc:sm80", "tc:sm90"]
 
 
 @clause("NUM-TC-4")
 def test_the_model_is_within_the_stated_bound(backend):
-    """|D − exact| ≤ ((1+ε)^B − 1)·T + B(1+ε)^B·2^-126 on random sums of mixed magnitude."""
+    """|D − exact| ≤ ((1+ε)^R − 1)·T + R(1+ε)^R·2^-126 on random sums of mixed magnitude (R
+    rounding steps: blocks, and f32 adds where C is added after them)."""
     oracle_only(backend, "tc.mma (numerics.tc)")
     from tessera_ref.numerics import tc
 
@@ -139,7 +180,9 @@ def test_the_model_is_within_the_stated_bound(backend):
         c = rng.standard_normal((3, 3)).astype(np.float32)
         d = tc.mma(a, b, c, name)
         eps = Fraction(n + 1, 2 ** (23 + alpha)) + Fraction(1, 2 ** (23 + min(alpha, 0)))
-        blocks = -(-80 // n)
+        # rounding steps: the blocks, and where C is added after them each add (80 = 32 + 32 + 16,
+        # both blocks of each instruction holding products)
+        blocks = 2 + 2 + 2 + 3 if (name, storage) in _FADD else -(-80 // n)
         for i in range(3):
             for j in range(3):
                 lift = [max(abs(Fraction(float(x))), Fraction(2) ** emin) for x in a[i]]
@@ -153,7 +196,7 @@ def test_the_model_is_within_the_stated_bound(backend):
 
 @clause("NUM-TC-5")
 def test_lowering_refuses_a_k_tile_that_splits_blocks(backend):
-    """A K tile that is not a multiple of the block size is a LoweringError."""
+    """A K tile that is not a multiple of the instruction's K is a LoweringError."""
     oracle_only(backend, "the matmul kernel family's K-tile check")
     from tessera_ref.lowering import lower
 
@@ -161,7 +204,7 @@ def test_lowering_refuses_a_k_tile_that_splits_blocks(backend):
     x = tr.asarray(np.ones((32, 64), numerics.get_format("fp8_e4m3").dtype), policy=policy)
     y = tr.asarray(np.ones((64, 32), numerics.get_format("fp8_e4m3").dtype), policy=policy)
     g = tr.jit(lambda p, q: op.matmul(p, q))
-    with pytest.raises(LoweringError, match="splits the 32-product blocks"):
+    with pytest.raises(LoweringError, match="splits the k = 32 instructions"):
         lower(g.trace(x, y), dict(tile=(16, 16, 16)))
 
 

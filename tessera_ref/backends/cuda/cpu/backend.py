@@ -50,16 +50,17 @@ class CpuLaunchReport:
     checks: bool = False
 
 
-def _tc_block(func) -> tuple | None:
-    """``(products, align bits)`` of the tensor-core model of ``func``'s ``tc:`` mma ops (None without)."""
+def _tc_block(func) -> tc.BlockFMA | None:
+    """The tensor-core instruction of ``func``'s ``tc:`` mma ops, resolved for their input
+    format (``BlockFMA.resolved``; None without)."""
     blocks = set()
     for op in func.walk():
         accum = op.attributes.get("accum") if op.name == T._name("mma") else None
         if isinstance(accum, str) and accum.startswith(tc.PREFIX):
-            blk = tc.model(accum).block(op.operands[0].type.policy.storage)
-            blocks.add((blk.products, blk.align_bits))
+            storage = op.operands[0].type.policy.storage
+            blocks.add(tc.model(accum).block(storage).resolved(storage))
     if len(blocks) > 1:
-        raise BackendError(f"kernel {func.attributes['sym_name']} mixes tensor-core models {sorted(blocks)}",
+        raise BackendError(f"kernel {func.attributes['sym_name']} mixes tensor-core models {sorted(map(str, blocks))}",
                            fix="use one tc: policy per kernel")
     return blocks.pop() if blocks else None
 

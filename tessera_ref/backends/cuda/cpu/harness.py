@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....errors import BackendError
+from ....numerics.tc import BlockFMA
 from . import asan, build
 
 __all__ = ["Options", "HarnessFinding", "run", "SCHEDULES", "CP_ASYNC", "MEMCHECKS", "parse_schedule"]
@@ -67,7 +68,8 @@ class HarnessFinding(BackendError):
 
 class _Options(ctypes.Structure):
     _fields_ = [("schedule", ctypes.c_int), ("eager", ctypes.c_int), ("seed", ctypes.c_ulonglong),
-                ("smem", ctypes.c_long), ("tc_products", ctypes.c_int), ("tc_align", ctypes.c_int)]
+                ("smem", ctypes.c_long), ("tc_products", ctypes.c_int), ("tc_align", ctypes.c_int),
+                ("tc_emin", ctypes.c_int), ("tc_fadd", ctypes.c_int), ("tc_order", ctypes.c_int * 32)]
 
 
 class _Result(ctypes.Structure):
@@ -90,9 +92,10 @@ def parse_schedule(schedule: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Options:
-    """How to run a launch: the schedule, the cp.async mode, the tensor-core model's block
-    (``tc``: ``(products per block, extra alignment bits)`` of numerics/tc.py, or None), the
-    ``memcheck`` (``"guard"`` pages, or ``"asan"``: CUDA-CPU-10) and the ASan child's time
+    """How to run a launch: the schedule, the cp.async mode, the tensor-core model's
+    instruction (``tc``: a numerics/tc.py ``BlockFMA`` resolved for the kernel's input format,
+    ``model.block(fmt).resolved(fmt)``, or None), the ``memcheck`` (``"guard"`` pages, or
+    ``"asan"``: CUDA-CPU-10) and the ASan child's time
     limit in seconds (``timeout``)."""
     schedule: str = "lockstep"
     cp_async: str = "deferred"
@@ -106,6 +109,17 @@ class Options:
             raise BackendError(f"unknown cp.async mode {self.cp_async!r}", fix=f"use one of {', '.join(CP_ASYNC)}")
         if self.memcheck not in MEMCHECKS:
             raise BackendError(f"unknown memcheck {self.memcheck!r}", fix=f"use one of {', '.join(MEMCHECKS)}")
+        if self.tc is not None and not (isinstance(self.tc, BlockFMA) and self.tc.emin is not None
+                                        and 0 < len(self.tc.order) <= 32):
+            raise BackendError(f"the harness's tc option is a resolved tensor-core instruction, got {self.tc!r}",
+                               fix="pass tc.model(name).block(fmt).resolved(fmt)")
+
+
+def _tc_fields(blk: BlockFMA | None) -> tuple:
+    """The twin's ``tc_*`` options for the instruction ``blk`` (None: no model)."""
+    if blk is None:
+        return 0, 0, 0, 0, (ctypes.c_int * 32)()
+    return blk.products, blk.align_bits, blk.emin, int(blk.fadd), (ctypes.c_int * 32)(*blk.order)
 
 
 class _Guarded:
@@ -201,8 +215,7 @@ def run(lib, kernel: str, grid, lanes: int, args, smem: int, options: Options, s
     not used (it may be None): the launch runs in the ASan program of ``source`` with a
     launcher for each of ``kernels`` (default: ``kernel`` alone)."""
     code, seed = parse_schedule(options.schedule)
-    products, align = options.tc or (0, 0)
-    opts = _Options(code, int(options.cp_async == "eager"), seed, int(smem), products, align)
+    opts = _Options(code, int(options.cp_async == "eager"), seed, int(smem), *_tc_fields(options.tc))
     grid = tuple(int(g) for g in (tuple(grid) if np.ndim(grid) else (grid,)))
     grid3 = (ctypes.c_long * 3)(*(grid + (1,) * (3 - len(grid))))
     if options.memcheck == "asan":

@@ -165,29 +165,32 @@ inline float block_fma(float acc, const double* P, const int* Ep, int n, int ali
   return round_rz(S, g, 24 + (align < 0 ? align : 0));
 }
 
-// d = c + a·b over k = 0 … K−1 in blocks of `products` (k ascending); a, b: exact values of a
-// format with minimum exponent emin
-inline float dot_model(float c, const double* a, const double* b, int K, int emin, int products, int align) {
-  bool nan = c != c, pinf = c == TSR_INFF, ninf = c == -TSR_INFF;
-  float acc = c;
+// d = c + a·b over one instruction of K products, the blocks of `products` taking k in `order`;
+// a, b: exact values with exponent floor emin. The accumulator c enters the first block, or (fadd)
+// the blocks start from +0 and c is added to their result by one f32 add (round to nearest even)
+inline float dot_model(float c, const double* a, const double* b, int K, int emin, const int* order, int products,
+                       int align, bool fadd) {
+  bool nan = !fadd && c != c, pinf = !fadd && c == TSR_INFF, ninf = !fadd && c == -TSR_INFF;
+  float acc = fadd ? 0.0f : c;
   double P[32];
   int Ep[32];
   for (int k0 = 0; k0 < K; k0 += products) {
     for (int i = 0; i < products; ++i) {
-      double p = a[k0 + i] * b[k0 + i];  // exact in f64; 0·inf is NaN
+      int k = order[k0 + i];
+      double p = a[k] * b[k];  // exact in f64; 0·inf is NaN
       nan |= p != p;
       pinf |= p == TSR_INF;
       ninf |= p == -TSR_INF;
       bool live = p == p && std::fabs(p) != TSR_INF && p != 0;
       P[i] = live ? p : 0.0;
-      Ep[i] = live ? exponent_of(a[k0 + i], emin) + exponent_of(b[k0 + i], emin) : LOW;
+      Ep[i] = live ? exponent_of(a[k], emin) + exponent_of(b[k], emin) : LOW;
     }
     if (std::fabs(acc) != TSR_INFF && acc == acc) acc = block_fma(acc, P, Ep, products, align);
   }
-  if (nan || (pinf && ninf)) return TSR_NANF;
-  if (pinf) return TSR_INFF;
-  if (ninf) return -TSR_INFF;
-  return acc;
+  float part = nan || (pinf && ninf) ? TSR_NANF : pinf ? TSR_INFF : ninf ? -TSR_INFF : acc;
+  if (!fadd) return part;
+  float d = c + part;  // IEEE f32, round to nearest even
+  return d != d ? TSR_NANF : d;
 }
 }  // namespace tsr_cpu
 
@@ -225,7 +228,6 @@ inline void release_mma(Runtime& r, Fiber* w) {
     }
     for (int i = 0; i < 4; ++i) C[g + (i >> 1) * 8][2 * t + (i & 1)] = f.mma_c[i];
   }
-  int emin = fmt == BF16 ? -126 : fmt == E4M3 ? -6 : -14;
   for (int l = 0; l < 32; ++l) {
     Fiber& f = w[l];
     int g = l >> 2, t = l & 3;
@@ -233,7 +235,8 @@ inline void release_mma(Runtime& r, Fiber* w) {
       int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
       double bcol[32];
       for (int k = 0; k < K; ++k) bcol[k] = B[k][col];
-      f.mma_c[i] = dot_model(C[row][col], A[row], bcol, K, emin, r.opt.tc_products, r.opt.tc_align);
+      f.mma_c[i] = dot_model(C[row][col], A[row], bcol, K, r.opt.tc_emin, r.opt.tc_order, r.opt.tc_products,
+                             r.opt.tc_align, r.opt.tc_fadd != 0);
     }
   }
 }

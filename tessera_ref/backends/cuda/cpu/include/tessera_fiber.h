@@ -44,7 +44,10 @@ struct tsr_cpu_options {
   unsigned long long seed; // random: the seed
   long smem;               // dynamic shared memory in bytes
   int tc_products;         // mma.sync: the tensor-core model's products per block (0: no model)
-  int tc_align;            // and its extra alignment bits (numerics/tc.py)
+  int tc_align;            // its extra alignment bits, the inputs' exponent floor (numerics/tc.py)
+  int tc_emin;
+  int tc_fadd;             // 1: the blocks start from +0 and C is added after by an f32 add
+  int tc_order[32];        // the instruction's k in the order its blocks take them
 };
 
 // What a launch reports: a finding (kind != 0) and the number of context switches.
