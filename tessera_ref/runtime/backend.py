@@ -25,10 +25,9 @@ from ..ir import TensorType
 from ..ir import tile as T
 from ..ir.launch import kernel_arguments
 from ..lowering import autotune
-from ..ops.values import Trace, Tracer
 from .counters import count
 from .memory import DeviceArray
-from .program import Program, kernel_smem
+from .program import Program, kernel_smem, op_function
 
 __all__ = ["DeviceBackend"]
 
@@ -92,12 +91,7 @@ class DeviceBackend(Backend):
         with self._lock:
             func = self._ops.get(key)
         if func is None:
-            trace = Trace(f"{call.primitive.name}_op", location=call.location)
-            params = [p.value for p in trace.arguments(in_types)]
-            op = trace.emit(call.primitive.ir_name, params,
-                            call.primitive.infer_types(dict(call.attrs), in_types, call.location),
-                            dict(call.attrs), call.location)
-            func = trace.finish([Tracer(r, trace) for r in op.results]).body.first_op
+            func = op_function(call, in_types)
             with self._lock:
                 func = self._ops.setdefault(key, func)
         return tuple(r.numpy() for r in self.program(func, in_types)(*operands))

@@ -22,14 +22,16 @@ import numpy as np
 from ..errors import BackendError, DTypeError, LoweringError, ShapeError, user_location
 from ..ir import FUNC, Module, Operation, TensorType
 from ..ir import tile as T
+from ..ir import schedule as S
 from ..lowering import pipeline
-from ..ops.execute import call_of
-from ..ops.values import asarray
+from ..lowering.family import family_of
+from ..ops.execute import call_of, evaluate
+from ..ops.values import Trace, Tracer, asarray
 from .counters import count
-from .device import Graph, HostStep, Launch, Slot
+from .device import HostStep, Launch, Slot
 from .memory import DeviceArray, MemoryPlan, nbytes_of
 
-__all__ = ["Program", "DYNAMIC_SMEM", "VIEW_OPS"]
+__all__ = ["Program", "op_function", "DYNAMIC_SMEM", "VIEW_OPS"]
 
 #: The kernel attribute holding its dynamic shared memory in bytes (LOWER-TARGET-2).
 DYNAMIC_SMEM = "launch.dynamic_smem"
@@ -54,6 +56,17 @@ def _func_of(func) -> Operation:
 
 def _frozen(directives) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in (directives or {}).items()))
+
+
+def op_function(call, in_types) -> Operation:
+    """The Graph IR function applying ``call``'s op (its primitive, attributes and location) to
+    parameters of ``in_types``: what an eager op runs as on a device (RUNTIME-BACKEND-1)."""
+    prim = call.primitive
+    trace = Trace(f"{prim.name}_op", location=call.location)
+    params = [p.value for p in trace.arguments(in_types)]
+    op = trace.emit(prim.ir_name, params, prim.infer_types(dict(call.attrs), in_types, call.location),
+                    dict(call.attrs), call.location)
+    return trace.finish([Tracer(r, trace) for r in op.results]).body.first_op
 
 
 def kernel_smem(func) -> int:
@@ -233,6 +246,8 @@ class _Builder:
                 self._host(step, op)
         end = len(steps)
         returned = [self._use(v, end) for v in block.last_op.operands]
+        for i in range(len(block.args)):
+            self.last[("arg", i)] = end  # the caller holds the arguments throughout
         outputs, seen = [], set()
         for v, s in zip(block.last_op.operands, returned):
             own = self.kind[s.index] == "intermediate" and s.index not in seen and s.offset == 0 \
@@ -277,11 +292,16 @@ class _Builder:
                                  where))
 
     def _host(self, step: int, op) -> None:
-        call = call_of(op)
+        if op.name == S.KERNEL:  # a scheduled kernel its family's template refuses
+            name, run = op.attributes["op"], _region_runner(op)
+            why = _refusal(op)
+        else:
+            call = call_of(op)
+            name, run, why = call.primitive.name, lambda arrays, call=call: call.primitive.run(call, *arrays), ""
         if not self.allow_host:
-            raise BackendError(f"the {self.device.name!r} device has no kernel for {call.primitive.name} "
-                               f"({', '.join(map(str, call.in_types))} -> {', '.join(map(str, call.out_types))})",
-                               location=op.location,
+            raise BackendError(f"the {self.device.name!r} device has no kernel for {name} "
+                               f"({', '.join(str(v.type) for v in op.operands)} -> "
+                               f"{', '.join(str(r.type) for r in op.results)}){why}", location=op.location,
                                fix="pass allow_host=True to run it on the host (each host step counted), or run "
                                    "the program on the 'interp' backend")
         ins = tuple(self._use(v, step) for v in op.operands)
@@ -289,9 +309,26 @@ class _Builder:
         for k, r in enumerate(op.results):
             self.slot[r] = self._root(("value", step, k), r.type, "intermediate", step)
             outs.append(self.slot[r])
-        self.items.append(HostStep(lambda arrays, call=call: call.primitive.run(call, *arrays), ins, tuple(outs),
-                                   call.primitive.name))
-        self.host_steps.append((call.primitive.name, op.location))
+        self.items.append(HostStep(run, ins, tuple(outs), name))
+        self.host_steps.append((name, op.location))
+
+
+def _region_runner(kop):
+    """The Graph IR semantics of a scheduled kernel (SCHED-IR-2): its region's ops on the host."""
+    inner = kop.regions[0].entry
+
+    def step(op, values):
+        return values if op.name == S.PREFETCH else call_of(op).primitive.run(call_of(op), *values)
+    return lambda arrays: evaluate(inner, dict(zip(inner.args, arrays)), step)
+
+
+def _refusal(kop) -> str:
+    """Why the kernel family's template refuses ``kop`` (its LoweringError), for messages."""
+    try:
+        family_of(S.body_ops(kop)[-1]).template(kop, "probe")
+    except LoweringError as exc:
+        return f": {exc.what}"
+    return ""
 
 
 def _name(index) -> str:
