@@ -21,7 +21,7 @@ import tessera_ref
 #: other, so it sits above them. The top is the application: the ``cli`` package and the top-level modules (``__init__``:
 #: the package ``tessera_ref`` itself) — one unit, as the command runs the demo and user files.
 LAYERS = [
-    ["errors", "context"],
+    ["errors", "context", "counters"],
     ["cache", "settings"],
     ["numerics"],
     ["sim"],

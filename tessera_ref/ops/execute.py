@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from ..counters import count
 from ..errors import DTypeError, OpError, ShapeError
 from ..ir import Block, Operation, TensorType
 from ..ir.registry import op_info
@@ -79,6 +80,7 @@ class Replay:
 
     def run(self, args, step) -> list:
         """The function's results on ``args``; ``step(op, call, values)`` gives an op's results."""
+        count(replays=1)
         env = list(args) + [None] * sum(len(s[3]) for s in self.steps)
         for op, call, ins, outs, frees in self.steps:
             results = step(op, call, [env[i] for i in ins])

@@ -8,7 +8,7 @@ compiled once for a device, kept resident there, and replayed.
 - :mod:`.counters`: what ran, counted (``with runtime.counting() as c:``);
 - :mod:`.testing`: a CuPy test double that runs ``CudaDevice`` without a GPU.
 """
-from .counters import Counters, counting, totals
+from ..counters import Counters, counting, totals
 from .device import Allocator, Buffer, Compiler, Device, Graph, HostAllocator, HostStep, Kernel, Launch, Slot, Stream
 from .memory import DeviceArray, MemoryPlan, device_put
 from .program import Program

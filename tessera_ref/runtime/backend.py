@@ -25,7 +25,7 @@ from ..ir import TensorType
 from ..ir import tile as T
 from ..ir.launch import kernel_arguments
 from ..lowering import autotune
-from .counters import count
+from ..counters import count
 from .memory import DeviceArray
 from .program import Program, kernel_smem, op_function
 

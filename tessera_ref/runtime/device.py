@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BackendError
-from .counters import count
+from ..counters import count
 
 __all__ = ["Buffer", "Allocator", "HostAllocator", "Compiler", "Kernel", "Slot", "Launch", "HostStep", "Graph",
            "Stream", "Device"]

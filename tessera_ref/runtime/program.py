@@ -27,7 +27,7 @@ from ..lowering import pipeline
 from ..lowering.family import family_of
 from ..ops.execute import call_of, evaluate
 from ..ops.values import Trace, Tracer, asarray
-from .counters import count
+from ..counters import count
 from .device import HostStep, Launch, Slot
 from .memory import DeviceArray, MemoryPlan, nbytes_of
 

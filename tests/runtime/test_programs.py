@@ -147,3 +147,18 @@ def test_counting_blocks_nest_and_totals_grow():
         with runtime.counting() as inner:
             f(X)
     assert (outer.replays, inner.replays) == (2, 1) and runtime.totals().replays == before + 2
+
+
+def test_run_counters_prints_what_ran(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "prog.py"
+    script.write_text("import numpy as np\nimport tessera as tr\nfrom tessera import op, backends\n"
+                      "f = tr.jit(lambda x: op.softmax(x))\nwith backends.use('interp-tiles'):\n"
+                      "    for _ in range(3):\n        f(np.ones((4, 64), np.float32))\n")
+    out = subprocess.run([sys.executable, "-m", "tessera_ref", "run", "--counters", str(script)], capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr
+    line = next(l for l in out.stderr.splitlines() if l.startswith("tessera-ref run: counters: "))
+    assert "lowerings 1, renders 1, compiles 1, launches 0, replays 3, graph_launches 3" in line
+    assert f"h2d_bytes {3 * 4 * 64 * 4:,}, d2h_bytes {3 * 4 * 64 * 4:,}" in line

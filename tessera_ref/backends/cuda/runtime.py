@@ -31,7 +31,7 @@ from ...errors import BackendError
 from ...ir import TensorType
 from ...ir import tile as T
 from ...runtime import Allocator, Compiler, Device, DeviceBackend, Graph, Kernel, Launch, Slot
-from ...runtime.counters import count
+from ...counters import count
 from ...runtime.program import kernel_smem
 from .compile import build
 from .cpu.backend import scalar_dtype

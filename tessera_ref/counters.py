@@ -1,5 +1,5 @@
-"""What the runtime did, counted (RUNTIME-COUNT-1): compiles, launches, replays, host steps,
-bytes across the bus, allocations, collectives.
+"""What ran, counted (RUNTIME-COUNT-1): compiles, launches, replays, host steps, bytes across
+the bus, allocations, collectives — filled by every layer that does one of these, read by anyone.
 
 ``with runtime.counting() as c: ...`` gives a :class:`Counters` that every event inside the
 block (this thread or task) adds to; blocks nest, each sees its own events and its inner
