@@ -122,7 +122,7 @@ class Backend(abc.ABC):
                 func = apply_directive(func, context.SCHEDULE_DEFAULTS.get())  # LOWER-CM-1
                 check_sharded_arguments(func, dist.mesh, args)
                 with mailbox_scope():
-                    return replay_of(func).run(args, lambda op, call, values: sharded_step(op, values, dist.mesh))
+                    return replay_of(func).run(args, lambda op, call, values: sharded_step(op, values, dist.mesh, call))
             bind_arguments(func, args)
             run_op = self.run_op
             if sim.current() is None:
