@@ -5,8 +5,12 @@ compiled once for a device, kept resident there, and replayed.
 - :mod:`.memory`: :class:`DeviceArray`, :func:`device_put`, :class:`MemoryPlan`;
 - :mod:`.program`: :class:`Program` (``Program.compile(func, arg_types, device)``, then call it);
 - :mod:`.backend`: :class:`DeviceBackend`, the one backend class over every device;
-- :mod:`.counters`: what ran, counted (``with runtime.counting() as c:``);
-- :mod:`.testing`: a CuPy test double that runs ``CudaDevice`` without a GPU.
+- :func:`counting` (:mod:`tessera_ref.counters`): what ran, counted (``with runtime.counting() as c:``).
+
+The devices live with their executors: ``TileInterpDevice`` (:mod:`tessera_ref.interp.tiles`),
+``FiberDevice`` (:mod:`tessera_ref.backends.cuda.cpu.backend`), ``CudaDevice``
+(:mod:`tessera_ref.backends.cuda.runtime`, with its CuPy test double in
+:mod:`tessera_ref.backends.cuda.fake_cupy`).
 """
 from ..counters import Counters, counting, totals
 from .device import Allocator, Buffer, Compiler, Device, Graph, HostAllocator, HostStep, Kernel, Launch, Slot, Stream
