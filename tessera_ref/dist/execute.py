@@ -53,21 +53,28 @@ _RULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # op -> {mesh
 _LOCK = threading.Lock()
 
 
-def _rule(op: Operation, prim, mesh: Mesh) -> tuple | None:
-    """``op``'s :func:`~.propagate.rule_of` on ``mesh``, derived once per op and mesh from the IR's
-    types (BACKEND-RUN-2); ``TESSERA_CHECK_PLAN=1`` derives it again at every run and compares."""
-    if prim.shard is None or prim.shard is MESH_ONLY:
-        return None
+def _laid(t: TensorType) -> TensorType:
+    """A value's type as the mesh holds it: without a layout, replicated."""
+    return t if t.layout is not None else t.with_layout(ShardLayout.replicated(t.rank))
+
+
+def _rule(op: Operation, prim, mesh: Mesh) -> tuple:
+    """``(operand types, rule)``: the types ``op``'s operands have on ``mesh`` and its
+    :func:`~.propagate.rule_of` for them, derived once per op and mesh from the IR's types
+    (BACKEND-RUN-2); ``TESSERA_CHECK_PLAN=1`` derives the rule again at every run and compares."""
     with _LOCK:
         hit = _RULES.get(op, {}).get(mesh)
     if hit is None or os.environ.get("TESSERA_CHECK_PLAN") == "1":
-        fresh = rule_of(prim, tuple(v.type for v in op.operands), dict(op.attributes), op.location, mesh)
-        if hit is not None and (fresh[0], fresh[2], fresh[1].operands) != (hit[0], hit[2], hit[1].operands):
+        types = tuple(_laid(v.type) for v in op.operands)
+        rule = None if prim.shard is None or prim.shard is MESH_ONLY else \
+            rule_of(prim, types, dict(op.attributes), op.location, mesh)
+        if hit is not None and rule is not None and \
+                (rule[0], rule[2], rule[1].operands) != (hit[1][0], hit[1][2], hit[1][1].operands):
             raise LayoutError(f"TESSERA_CHECK_PLAN: {op.name} derives another plan at run time "
-                              f"({fresh[1].operands} -> {fresh[2]}) than the compiled one ({hit[1].operands} -> "
-                              f"{hit[2]})", location=op.location, fix="report this as a bug")
+                              f"({rule[1].operands} -> {rule[2]}) than the compiled one ({hit[1][1].operands} -> "
+                              f"{hit[1][2]})", location=op.location, fix="report this as a bug")
         with _LOCK:
-            hit = _RULES.setdefault(op, {}).setdefault(mesh, fresh)
+            hit = _RULES.setdefault(op, {}).setdefault(mesh, (types, rule))
     return hit
 
 
@@ -78,8 +85,9 @@ def sharded_step(op: Operation, values: list, mesh: Mesh, call: Call | None = No
     prim = call.primitive
     if prim.name == "constant":
         return (_constant(call, mesh),)
-    static = _rule(op, prim, mesh) if all(isinstance(v, DistTensor) and v.type == t.type
-                                          for v, t in zip(values, op.operands)) else None
+    types, static = _rule(op, prim, mesh)
+    if static is not None and not all(isinstance(v, DistTensor) and v.type == t for v, t in zip(values, types)):
+        static = None  # values of other types than the IR's: derived for them
     with running_op_at(op.location):
         out = apply(prim, values, dict(op.attributes), op.location, static)
     out = out if isinstance(out, tuple) else (out,)

@@ -17,6 +17,8 @@
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import MeshError, OpError, TraceError
@@ -146,6 +148,7 @@ def _record_compute(prim, attrs, moved, out_types, layouts, location) -> tuple:
     return wrote
 
 
+@functools.cache
 def _movers() -> dict:
     """The data movement of each collective op (MESH-COLL-*), by primitive name."""
     from . import collectives as c

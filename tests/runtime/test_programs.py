@@ -8,7 +8,8 @@ import tessera_ref as tr
 from tessera_ref import backends, dist, grad, op, runtime, sim
 from tessera_ref.backends.cuda.cpu import CudaCpuBackend
 from tessera_ref.demo import HEADS, attention_block
-from tessera_ref.errors import BackendError, ShapeError
+from tessera_ref.errors import BackendError, LayoutError, ShapeError
+from tessera_ref.ir import ShardLayout
 from tessera_ref.runtime import DeviceBackend, HostStep, Program
 
 RNG = np.random.default_rng(0)
@@ -162,3 +163,23 @@ def test_run_counters_prints_what_ran(tmp_path):
     line = next(l for l in out.stderr.splitlines() if l.startswith("tessera-ref run: counters: "))
     assert "lowerings 1, renders 1, compiles 1, launches 0, replays 3, graph_launches 3" in line
     assert f"h2d_bytes {3 * 4 * 64 * 4:,}, d2h_bytes {3 * 4 * 64 * 4:,}" in line
+
+
+def test_a_sharded_function_derives_its_rules_once_and_check_plan_derives_them_again(monkeypatch):
+    from tessera_ref.dist import execute
+    mesh = dist.Mesh(("tp",), range(2))
+    w = dist.tensor((32, 48), dist.ShardSpec(("col",), ("tp",)), mesh, data=W)
+    f = tr.jit(lambda x, w: op.softmax(op.matmul(x, w), axis=-1))
+    want = f(X, w).numpy()
+    derived = []
+    real = execute.rule_of
+    monkeypatch.setattr(execute, "rule_of", lambda *a: derived.append(a[0].name) or real(*a))
+    assert np.array_equal(_bits(f(X, w).numpy()), _bits(want)) and derived == []  # nothing derived again
+    monkeypatch.setenv("TESSERA_CHECK_PLAN", "1")
+    assert np.array_equal(_bits(f(X, w).numpy()), _bits(want)) and "matmul" in derived
+    def replicated(*a):  # a rule that now says every result is whole on every device
+        out, plan, layouts = real(*a)
+        return out, plan, tuple(ShardLayout.replicated(lay.rank) for lay in layouts)
+    monkeypatch.setattr(execute, "rule_of", replicated)
+    with pytest.raises(LayoutError, match="TESSERA_CHECK_PLAN: tessera.graph.matmul derives another plan"):
+        f(X, w)
