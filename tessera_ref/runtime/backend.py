@@ -31,6 +31,9 @@ from .program import Program, kernel_smem, op_function
 
 __all__ = ["DeviceBackend"]
 
+#: How many eager ops' programs a backend keeps (the oldest goes first).
+_EAGER_PROGRAMS = 1024
+
 
 def _hashable(value):
     if isinstance(value, np.ndarray):
@@ -93,6 +96,8 @@ class DeviceBackend(Backend):
         if func is None:
             func = op_function(call, in_types)
             with self._lock:
+                if len(self._ops) >= _EAGER_PROGRAMS:  # a bounded cache: its programs go with their functions
+                    self._ops.pop(next(iter(self._ops)))
                 func = self._ops.setdefault(key, func)
         return tuple(r.numpy() for r in self.program(func, in_types)(*operands))
 
