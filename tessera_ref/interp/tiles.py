@@ -6,12 +6,14 @@ interpreter (:func:`tessera_ref.interp.tile.run`) with its race, bounds, uniniti
 and barrier checkers on. ``"interp-tiles"`` is :class:`~tessera_ref.runtime.DeviceBackend`
 over it: a function is lowered whole (every op with a kernel family a tile kernel), compiled
 once and replayed, and its bits must equal the Graph IR interpreter's (LOWER-EXACT-1). An op
-without a kernel is a BackendError at compile time unless host steps are allowed.
+without a kernel is a BackendError at compile time unless host steps are allowed. A mesh runs
+as on the interpreter, in one process, its local ops as programs on the device.
 """
 from __future__ import annotations
 
 from ..backends.registry import register
 from ..runtime import Compiler, Device, DeviceBackend, HostAllocator, Kernel
+from .communicator import mesh_communicator
 from .tile import run as run_tile
 
 __all__ = ["TileInterpDevice", "tile_backend"]
@@ -51,6 +53,10 @@ class TileInterpDevice(Device):
 
     def render(self, tile_module):
         return tile_module
+
+    def communicator(self, mesh):
+        """A mesh's devices all live in this process: the interpreter's communicator."""
+        return mesh_communicator(mesh)
 
     def load(self, binary, source, tile_module) -> dict:
         return {op.attributes["sym_name"]: _TileKernel(binary, op, self.checks, self.counters)

@@ -116,7 +116,7 @@ def bind_arguments(func: Operation, args) -> dict:
     sizes: dict = {}
     for i, (param, value) in enumerate(zip(params, args)):
         ty: TensorType = param.type
-        value = np.asarray(value)
+        value = value if hasattr(value, "dtype") and hasattr(value, "shape") else np.asarray(value)  # device values too
         if value.dtype != ty.dtype:
             raise DTypeError(f"@{name} argument {i}: expected {ty} (dtype {ty.dtype}), got dtype {value.dtype}",
                              fix="convert with tessera_ref.asarray(x, policy=...) first")

@@ -25,6 +25,7 @@ from ..ir import TensorType
 from ..ir import tile as T
 from ..ir.launch import kernel_arguments
 from ..lowering import autotune
+from ..ops.execute import bind_arguments
 from ..counters import count
 from .memory import DeviceArray
 from .program import Program, kernel_smem, op_function
@@ -61,8 +62,13 @@ class DeviceBackend(Backend):
                f"{' allow_host' if self.allow_host else ''}>"
 
     def communicator(self, mesh):
-        raise BackendError(f"the {self.name} backend runs single-device programs; got a mesh {mesh}",
-                           fix="run mesh programs on the 'interp' backend")
+        """The device's communicator for a mesh in this process, where it has one (the tile
+        interpreter's device: the simulated mesh's); otherwise a BackendError."""
+        communicator = getattr(self.device, "communicator", None)
+        if communicator is None:
+            raise BackendError(f"the {self.name} backend runs single-device programs; got a mesh {mesh}",
+                               fix="run mesh programs on the 'interp' backend")
+        return communicator(mesh)
 
     # -- whole programs -------------------------------------------------------------------
     def program(self, func, arg_types, directives: dict | None = None) -> Program:
@@ -72,8 +78,10 @@ class DeviceBackend(Backend):
     def run_function(self, func, args) -> list:
         if any(isinstance(a, DistTensor) for a in args):
             return super().run_function(func, args)  # refused at its first collective (communicator)
+        args = [a if isinstance(a, DeviceArray) else np.asarray(a) for a in args]
+        bind_arguments(func, args)  # BACKEND-RUN-1: dtype, rank, static and symbolic sizes, count
         directives = dict(context.SCHEDULE_DEFAULTS.get()) or None
-        types = tuple(a.type if isinstance(a, DeviceArray) else TensorType(np.shape(a), p.type.policy)
+        types = tuple(a.type if isinstance(a, DeviceArray) else TensorType(a.shape, p.type.policy)
                       for a, p in zip(args, func.regions[0].entry.args))
         program = self.program(func, types, directives)
         results = program(*args)
@@ -145,6 +153,9 @@ class DeviceBackend(Backend):
             self._copy_back(owned, names, mut, quiet=True)  # what the kernel wrote before its finding
             raise
         self._copy_back(owned, names, mut)
+        outputs = getattr(report, "outputs", None)  # a report naming its buffers names the caller's
+        if isinstance(outputs, dict):
+            outputs.update((name, value) for (_, value), name in zip(owned, names) if name in outputs)
         return report
 
     def _copy_back(self, owned, names, mut, quiet: bool = False) -> None:

@@ -60,12 +60,12 @@ class Allocator(abc.ABC):
         self._lock = threading.Lock()
 
     def alloc(self, nbytes: int) -> Buffer:
-        nbytes = max(int(nbytes), 1)
+        nbytes = int(nbytes)
         with self._lock:
             free = self._pool.get(nbytes)
             if free:
                 return Buffer(self, free.pop(), nbytes)
-        base = self._alloc(nbytes)
+        base = self._alloc(max(nbytes, 1))  # an empty value still gets an address
         with self._lock:
             self._held += nbytes
             held = self._held

@@ -69,6 +69,44 @@ def op_function(call, in_types) -> Operation:
     return trace.finish([Tracer(r, trace) for r in op.results]).body.first_op
 
 
+def specialize(func, arg_types) -> Operation:
+    """``func`` with parameters of the concrete ``arg_types`` and every result type inferred again
+    from them (a function traced with symbolic sizes, ``tensor<[B]x64xf32>``, runs at the sizes of
+    its arguments; SCHED-FIT-1 then fits its kernels to them); ``func`` itself when its types
+    are the arguments' already. A symbolic size bound to two sizes is a ShapeError."""
+    params = func.regions[0].entry.args
+    if all(p.type.shape == t.shape for p, t in zip(params, arg_types)) or len(params) != len(arg_types):
+        return func
+    sizes: dict = {}
+    for i, (p, t) in enumerate(zip(params, arg_types)):
+        for d, n in zip(p.type.shape, t.shape):
+            if isinstance(d, str) and sizes.setdefault(d, n) != n:
+                raise ShapeError(f"@{func.attributes['sym_name']} argument {i}: symbolic size {d} is {n} here but "
+                                 f"{sizes[d]} in an earlier argument", location=user_location(),
+                                 fix="make the sizes agree")
+    trace = Trace(func.attributes["sym_name"], location=func.location)
+    env = dict(zip(params, (x.value for x in trace.arguments([t.with_layout(p.type.layout)
+                                                              for p, t in zip(params, arg_types)]))))
+    block = func.regions[0].entry
+    for op in block:
+        if op is block.last_op:
+            break
+        call = call_of(op)
+        types = tuple(env[v].type for v in op.operands)
+        attrs = {k: _sized(v, sizes) for k, v in op.attributes.items()}
+        new = trace.emit(op.name, [env[v] for v in op.operands],
+                         call.primitive.infer_types(dict(attrs), types, op.location), attrs, op.location)
+        env.update(zip(op.results, new.results))
+    return trace.finish([Tracer(env[v], trace) for v in block.last_op.operands]).body.first_op
+
+
+def _sized(value, sizes: dict):
+    """An attribute with the symbolic sizes in its tuples (a shape, a slice's stops) made concrete."""
+    if isinstance(value, tuple):
+        return tuple(sizes.get(v, v) if isinstance(v, str) else _sized(v, sizes) for v in value)
+    return value
+
+
 def kernel_smem(func) -> int:
     """The dynamic shared memory of a tile kernel: its attribute, else its shared layout."""
     return int(func.attributes.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))
@@ -111,8 +149,9 @@ class Program:
 
     @classmethod
     def _build(cls, func, arg_types, device, directives, allow_host, lowered) -> "Program":
-        params = func.regions[0].entry.args
-        _check_types(func, arg_types, [p.type for p in params])
+        if lowered is None:
+            func = specialize(func, arg_types)
+        _check_types(func, arg_types, [p.type for p in func.regions[0].entry.args])
         if lowered is None:
             count(lowerings=1)
             try:
@@ -176,7 +215,7 @@ class Program:
                                    fix=f"move it first: tessera_ref.device_put(x, {self.device.name!r})")
             _check_arg(name, i, x.shape, x.dtype, t)
             return x.buffer
-        host = np.ascontiguousarray(x if isinstance(x, np.ndarray) else asarray(x).data)
+        host = np.asarray(x if isinstance(x, np.ndarray) else asarray(x).data, order="C")  # 0-d stays 0-d
         _check_arg(name, i, host.shape, host.dtype, t)
         buf = self.device.allocator.alloc(nbytes_of(t))
         self.device.allocator.copyin(buf, host)
