@@ -23,8 +23,9 @@ code could go wrong:
 ``calls`` lists every launch run (kernel, grid, block, shared memory); ``captures`` and
 ``graph_launches`` count captures and graph launches. ``build`` is NVRTC's
 (:func:`~.compile.build`) when its wheels are installed, else a stand-in that records the
-source under a made-up cubin (its kernels report 0 registers). Tensor-core (``tc:``)
-kernels are not run by the double.
+source under a made-up cubin (its kernels report 0 registers). A tensor-core (``tc:``)
+kernel's mma.sync computes its policy's block-FMA model when the library's mma calls take one
+input format (more than one: not run).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ import re
 
 import numpy as np
 
+from ...numerics import tc
 from . import toolchain
 from .compile import Build, build as nvrtc_build
 from .cpu import build as gxx, harness
@@ -43,6 +45,7 @@ __all__ = ["FakeCupy", "FakeCudaError"]
 
 _STATIC_SMEM_MAX = 48 * 1024
 _KERNEL = re.compile(r'extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(')
+_MMA = re.compile(r"tsr_mma_m16n8k(?:16|32)_(bf16|f16|e4m3|e5m2)")
 
 
 class FakeCudaError(RuntimeError):
@@ -178,12 +181,24 @@ class _Function:
         fake = self.fake
         fake.calls.append((self.name, grid, block, smem))
         bufs = [a.host_view() if isinstance(a, _Array) else np.asarray(a).reshape(1) for a in args]
-        options = harness.Options(fake.schedule, fake.cp_async)
+        options = harness.Options(fake.schedule, fake.cp_async, tc=_tc_block(self.source, self.name))
         try:
             lib = gxx.library(self.source, self.kernels)
             harness.run(lib, self.name, grid, block[0], bufs, smem, options, self.source, kernels=self.kernels)
         except harness.HarnessFinding as finding:
             fake.fault = f"cudaErrorIllegalAddress: an illegal memory access was encountered ({finding.what})"
+
+
+def _tc_block(source, kernel: str):
+    """``(products, align bits)`` of the tensor-core model ``kernel``'s mma.sync computes (its
+    policy's, CUDA-TC-1) for the one input format of the source's mma calls; None without."""
+    model = next((m for k, m, _ in getattr(source, "tc_models", ()) if k == kernel), None)
+    formats = set(_MMA.findall(source.text))
+    if model is None or len(formats) != 1:
+        return None
+    fmt = formats.pop()
+    blk = tc.model(model).block({"e4m3": "fp8_e4m3", "e5m2": "fp8_e5m2"}.get(fmt, fmt))
+    return blk.products, blk.align_bits
 
 
 class _Module:

@@ -32,7 +32,7 @@ from ...ir import TensorType
 from ...ir import tile as T
 from ...runtime import Allocator, Compiler, Device, DeviceBackend, Graph, Kernel, Launch, Slot
 from ...counters import count
-from ...runtime.program import kernel_smem
+from ...runtime.program import DYNAMIC_SMEM, kernel_smem
 from .compile import build
 from .cpu.backend import scalar_dtype
 from .report import ARCH_LIMITS
@@ -40,7 +40,7 @@ from .source import render
 from .toolchain import INSTALL_FIX
 from .tune import register_screen
 
-__all__ = ["CudaBackend", "CudaDevice", "CudaLaunchReport", "arch_of", "device_bits", "STATIC_SMEM_MAX"]
+__all__ = ["CudaBackend", "CudaDevice", "CudaLaunchReport", "arch_of", "device_bits", "STATIC_SMEM_MAX", "DYNAMIC_SMEM"]
 
 #: The most dynamic shared memory a kernel may take without its attribute raised.
 STATIC_SMEM_MAX = 48 * 1024
