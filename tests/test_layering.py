@@ -15,12 +15,13 @@ import tessera_ref
 #: ``tessera_ref`` (relative dotted name) with everything under it, or a tuple of those that
 #: form one unit; imports inside a unit are free. ``backends.*`` is one unit per executor under
 #: ``backends/`` (cuda, mpi, …); ``backends`` itself is the interfaces (``__init__``, ``base``) and
-#: what every executor's communicator builds on (``p2p``: the collectives over any transport).
+#: what every executor's communicator builds on (``p2p``: the collectives over any transport);
+#: ``runtime`` (programs compiled once on a device) sits above them and below the executors.
 #: ``gpucheck`` (``tessera-ref gpu-check``) drives the executors and the interpreter against each
 #: other, so it sits above them. The top is the application: the ``cli`` package and the top-level modules (``__init__``:
 #: the package ``tessera_ref`` itself) — one unit, as the command runs the demo and user files.
 LAYERS = [
-    ["errors", "context"],
+    ["errors", "context", "counters"],
     ["cache", "settings"],
     ["numerics"],
     ["sim"],
@@ -31,6 +32,7 @@ LAYERS = [
     ["autodiff"],
     ["lowering"],
     [("backends", "backends.base", "backends.registry", "backends.p2p")],
+    ["runtime"],
     ["interp", "backends.*"],
     ["gpucheck"],
     [("cli", "__init__", "__main__", "op", "graph", "demo", "runner")],

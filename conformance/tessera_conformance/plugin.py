@@ -21,7 +21,8 @@ CASES = Path(__file__).resolve().parent / "cases"
 #: The profile of each chapter's folder (the T0–T2 idea: kernels alone, one device, a mesh).
 PROFILES = {"numerics": "single-device", "graph_ir": "single-device", "autodiff": "single-device",
             "fuzz": "single-device",
-            "tiles": "kernel", "lowering": "kernel", "mesh": "mesh", "sim": "mesh", "backends": "mesh"}
+            "tiles": "kernel", "lowering": "kernel", "mesh": "mesh", "sim": "mesh", "backends": "mesh",
+            "runtime": "single-device"}
 _MATRIX = pytest.StashKey[Matrix]()
 
 

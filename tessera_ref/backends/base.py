@@ -14,18 +14,17 @@ from __future__ import annotations
 import abc
 import numpy as np
 
-from .. import context
+from .. import context, sim
 from ..dist.collectives import mailbox_scope, scatter_blocks
 from ..dist.execute import check_sharded_arguments, sharded_step
 from ..dist.tensor import DistTensor
-from ..errors import BackendError, LoweringError, OpError
-from ..ir import FUNC, Module, Operation, TensorType
+from ..errors import OpError
+from ..ir import FUNC, Operation
 from ..ir.launch import Launch
 from ..lowering import autotune, pipeline
 from ..lowering.collective_matmul import apply_directive
-from ..ops.execute import bind_arguments, call_of, evaluate
+from ..ops.execute import bind_arguments, call_of, replay_of
 from ..ops.pricing import price
-from ..ops.values import Trace, Tracer
 
 __all__ = ["Backend", "Communicator", "Launch"]
 
@@ -117,19 +116,20 @@ class Backend(abc.ABC):
         function runs after the rewrite of a ``schedule.collective_matmul`` directive in force."""
         if func.name != FUNC:
             raise OpError(f"run_function runs a '{FUNC}', got '{func.name}'", fix="pass a function op")
-        block = func.regions[0].entry
         with context.scoped(context.BACKEND, self):
             dist = next((a for a in args if isinstance(a, DistTensor)), None)
             if dist is not None:
                 func = apply_directive(func, context.SCHEDULE_DEFAULTS.get())  # LOWER-CM-1
-                block = func.regions[0].entry
                 check_sharded_arguments(func, dist.mesh, args)
                 with mailbox_scope():
-                    return evaluate(block, dict(zip(block.args, args)),
-                                    lambda op, values: sharded_step(op, values, dist.mesh))
+                    return replay_of(func).run(args, lambda op, call, values: sharded_step(op, values, dist.mesh, call))
             bind_arguments(func, args)
-            return evaluate(block, dict(zip(block.args, (np.asarray(a) for a in args))),
-                            lambda op, values: _priced(self.run_op, call_of(op), values))
+            run_op = self.run_op
+            if sim.current() is None:
+                step = lambda op, call, values: run_op(call, *values)  # noqa: E731
+            else:
+                step = lambda op, call, values: _priced(run_op, call, values)  # noqa: E731
+            return replay_of(func).run([np.asarray(a) for a in args], step)
 
     def run_program(self, program, arrays, *, checks: bool = False, counters: bool = True,
                     preset: str = "H100") -> tuple:
@@ -155,30 +155,6 @@ class Backend(abc.ABC):
     def lower(self, graph, directives: dict | None = None):
         """Graph IR -> a lowered program this backend runs (:func:`tessera_ref.lowering.lower`)."""
         return pipeline.lower(graph, directives)
-
-    def lower_op(self, call, operands):
-        """The lowered program of one Graph IR op: a module whose one function applies
-        ``call``'s op to parameters of the operands' shapes (a traced op's symbolic sizes take
-        the sizes of this run), lowered by :meth:`lower` (a LoweringError if it has no tile lowering)."""
-        prim = call.primitive
-        in_types = tuple(TensorType(x.shape, t.policy) for x, t in zip(operands, call.in_types))
-        trace = Trace(f"{prim.name}_kernel", location=call.location)
-        params = [p.value for p in trace.arguments(in_types)]
-        op = trace.emit(prim.ir_name, params, prim.infer_types(call.attrs, in_types, call.location),
-                        dict(call.attrs), call.location)
-        module: Module = trace.finish([Tracer(r, trace) for r in op.results])
-        return self.lower(module)
-
-    def run_op_as_kernel(self, call, operands, *, checks: bool) -> tuple:
-        """``call``'s op run as its lowered program (:meth:`lower_op`, :meth:`run_program`);
-        a BackendError naming this backend when the op has no tile lowering."""
-        try:
-            program = self.lower_op(call, operands)
-        except LoweringError as exc:
-            raise BackendError(f"the {self.name!r} backend has no kernel for this {call.primitive.name}: {exc.what}",
-                               location=call.location, fix="run it on the 'interp' backend") from None
-        results, _ = self.run_program(program, operands, checks=checks, counters=False)
-        return tuple(results)
 
     def inspect(self, graph, level: str, directives: dict | None = None) -> str:
         """The text of a Graph IR module at ``level`` (``"schedule"``, ``"tile"``, ``"target"``)."""

@@ -2,7 +2,7 @@
 (CUDA-REPORT-5; docs/tutorials/cuda_report.md).
 
 The program runs on :class:`CollectingBackend`, the interpreter with one addition: every op
-with a kernel family is also lowered to its one-op program (:meth:`Backend.lower_op`),
+with a kernel family is also lowered to its one-op program (:func:`~tessera_ref.runtime.program.op_function`),
 rendered and compiled for each architecture, and every ``@kernel`` launch's module too; the
 values are the interpreter's, so the program runs as it always does. A kernel seen twice
 (the same CUDA C) is compiled once. On a mesh, an op the mesh interpreter runs once on
@@ -28,6 +28,9 @@ from ..backends.cuda.toolchain import toolchain
 from ..errors import BackendError, LoweringError
 from ..ir import tile as T
 from ..interp.backend import InterpBackend
+from ..ir import TensorType
+from ..lowering import lower
+from ..runtime.program import op_function
 from ..runner import run_path
 
 __all__ = ["add_parser", "run", "CollectingBackend", "collect_demo", "JSON_VERSION"]
@@ -70,7 +73,8 @@ class CollectingBackend(InterpBackend):
         if call.primitive.kernel_family is not None:
             local = self._per_device(operands)
             try:
-                program = self.lower_op(call, local)
+                program = lower(op_function(call, tuple(TensorType(np.shape(x), t.policy)
+                                                        for x, t in zip(local, call.in_types))))
             except LoweringError as exc:
                 self._record(None, call.primitive.name, call.location, None, error=exc.what)
             else:

@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from .. import context, sim
+from ..counters import count
 
 __all__ = ["listen", "listeners", "collective", "transfer", "compute", "value_id", "fresh_id", "bind"]
 
@@ -80,6 +81,7 @@ def listeners() -> tuple:
 
 
 def collective(kind: str, groups: list, nbytes: int, axis: str, reads=(), writes=()) -> None:
+    count(collectives=1, collective_bytes=int(nbytes))
     for listener in listeners():
         listener.record_collective(kind, groups, nbytes, axis=axis,
                                    **_deps(listener, "record_collective", reads, writes))

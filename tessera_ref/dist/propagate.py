@@ -17,6 +17,8 @@
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import MeshError, OpError, TraceError
@@ -35,7 +37,7 @@ from . import events
 from .redistribute import redistribute
 from .tensor import DistTensor, local_shape, require_memory, stack_shape
 
-__all__ = ["apply"]
+__all__ = ["apply", "rule_of"]
 
 
 def _weak_policy(operands):
@@ -146,6 +148,7 @@ def _record_compute(prim, attrs, moved, out_types, layouts, location) -> tuple:
     return wrote
 
 
+@functools.cache
 def _movers() -> dict:
     """The data movement of each collective op (MESH-COLL-*), by primitive name."""
     from . import collectives as c
@@ -164,8 +167,19 @@ def _captured(prim, trace, operands, attrs):
     return bind(prim, *[capture(x) if isinstance(x, DistTensor) else x for x in operands], **attrs)
 
 
-def apply(prim, operands, attrs, location):
-    """Run ``prim`` on operands of which at least one is a DistTensor (see the module docstring)."""
+def rule_of(prim, types: tuple, attrs, location, mesh) -> tuple:
+    """``(result types, the sharding rule's plan, the results' layouts)`` of ``prim`` on operands
+    of ``types`` (with their layouts) on ``mesh``: what steps 2 and 5 of the module docstring
+    derive, a function of the types alone (a compiled function derives it once, BACKEND-RUN-2)."""
+    out_types = prim.infer_types(attrs, tuple(t.with_layout(None) for t in types), location)
+    with planning_on(mesh):
+        plan = prim.shard(attrs, *[_rule_type(t) for t in types])
+    return out_types, plan, plan_results(plan, out_types)
+
+
+def apply(prim, operands, attrs, location, static: tuple | None = None):
+    """Run ``prim`` on operands of which at least one is a DistTensor (see the module docstring);
+    ``static``: its :func:`rule_of`, already derived for these operands' types."""
     trace = next((x.trace for x in operands if isinstance(x, Tracer)), None)
     if trace is not None or getattr(current_trace(), "capture", None) is not None:
         return _captured(prim, trace or current_trace(), operands, attrs)
@@ -178,11 +192,8 @@ def apply(prim, operands, attrs, location):
         raise OpError(f"{prim.name} has no sharding rule yet, so it cannot run on distributed tensors "
                       f"({', '.join(str(v.type) for v in values)})",
                       fix="gather the operands (x.numpy()) and run it on one device")
-    out_types = prim.infer_types(attrs, tuple(v.type.with_layout(None) for v in values), location)
-    with planning_on(mesh):
-        plan = prim.shard(attrs, *[_rule_type(v.type) for v in values])
+    out_types, plan, layouts = static or rule_of(prim, tuple(v.type for v in values), attrs, location, mesh)
     moved = [redistribute(v, lay) for v, lay in zip(values, plan.operands)]
-    layouts = plan_results(plan, out_types)
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
         attrs = plan.local_attrs(attrs, _local_types(moved))
     require_memory([t.with_layout(lay) for t, lay in zip(out_types, layouts)], mesh, location)

@@ -34,7 +34,12 @@ from ..ops.sharding import planning_on
 from ..ops.values import Array, Trace, Tracer, asarray, current_trace, is_weak_scalar
 from .pytree import flatten
 
-__all__ = ["GraphFunction", "module", "jit", "TracedModule"]
+__all__ = ["GraphFunction", "module", "jit", "TracedModule", "RESIDENT"]
+
+#: Types of values that live on a device (the runtime's DeviceArray registers itself here: it
+#: lies above the front end). jit passes them to the backend as they are, and the backend's
+#: results for them come back as they are (RUNTIME-MEM-1).
+RESIDENT: list = []
 
 class TracedModule:
     """One cached trace: the module as recorded and after the rewrites, and the report."""
@@ -85,6 +90,10 @@ class GraphFunction:
             if x is None or isinstance(x, (str, bool)) or is_weak_scalar(x):
                 key.append(("static", type(x).__name__, repr(x)))
                 tensors.append(None)
+                continue
+            if mesh is None and isinstance(x, tuple(RESIDENT)):
+                key.append(("tensor", x.type))
+                tensors.append(x)
                 continue
             try:
                 array = asarray(x)
@@ -147,8 +156,10 @@ class GraphFunction:
         if any(_is_dist(t) for t in present):
             results = backend.run_function(entry.func, present)
         else:
-            values = backend.run_function(entry.func, [t.data for t in present])
-            results = [Array(v, r.type) for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
+            resident = tuple(RESIDENT)
+            values = backend.run_function(entry.func, [t if isinstance(t, resident) else t.data for t in present])
+            results = [v if isinstance(v, resident) else Array(v, r.type)
+                       for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
         if entry.structure is None:
             return results[0]
         return entry.structure(results)

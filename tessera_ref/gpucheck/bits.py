@@ -19,7 +19,7 @@ def items(arch: str, quick: bool) -> list:
 
 def run(ctx, name: str) -> dict:
     program, inputs, want = on_the_interpreter(name, 7)
-    with use("cuda"):
+    with use(ctx.backend):
         got, reports = program.run(*inputs)
     results = [compare_bits(g, w, inputs) for g, w in zip(got, want)]
     bad = [r for r in results if r["status"] != "pass"]

@@ -28,9 +28,11 @@ class Context:
         self.dry_run, self.quick, self.out = dry_run, quick, Path(out)
         self.scale = "dry" if dry_run else "quick" if quick else "full"
         if dry_run:
-            from .fake import install
+            from .fake import install, runtime_backend
             install()
         self.cp = runtime._cupy()
+        #: the "cuda" backend, or in a dry run the runtime's CudaDevice over its CuPy test double
+        self.backend = runtime_backend() if dry_run else "cuda"
         self.arch = arch_of(self.cp.cuda.Device().compute_capability)
         self._dir = tempfile.mkdtemp(prefix="tessera-gpu-check-")
         self._loaded = 0

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from ..backends.cuda import compile as cuda_compile
-from ..backends.cuda import runtime
+from ..backends.cuda import fake_cupy, runtime
 from ..backends.cuda.cpu import build as cpu_build
 from ..backends.cuda.cpu import harness
 from ..numerics import tc
 
-__all__ = ["FakeCupy", "install", "DEVICE_NAME"]
+__all__ = ["FakeCupy", "install", "runtime_backend", "DEVICE_NAME"]
 
 DEVICE_NAME = "CUDA-on-CPU harness (dry run)"
 
@@ -280,3 +280,11 @@ def install() -> FakeCupy:
     cuda_compile.build = runtime.build = build
     runtime._cupy = lambda: fake
     return fake
+
+
+def runtime_backend():
+    """The ``"cuda"`` backend's own code — the runtime's ``CudaDevice`` — over the runtime's
+    CuPy test double (:mod:`tessera_ref.backends.cuda.fake_cupy`), whose kernels also run on
+    the harness: what the dry run's program stages run on."""
+    double = fake_cupy.FakeCupy()
+    return runtime.CudaBackend(cupy=double, build_fn=double.build)

@@ -84,12 +84,12 @@ def _math(ctx, name: str) -> dict:
     return result
 
 
-def _run_program(fn, args) -> list:
+def _run_program(ctx, fn, args) -> list:
     """``fn`` traced, lowered and run on the device and on the interpreter: one comparison per result."""
     program = lower(jit(fn).trace(*args))
     with use("interp"):
         want, _ = program.run(*args)
-    with use("cuda"):
+    with use(ctx.backend):
         got, _ = program.run(*args)
     return [compare_bits(g, w, args) for g, w in zip(got, want)]
 
@@ -113,7 +113,7 @@ def _casts(ctx, source: str) -> dict:
             if target == fmt:
                 continue
             seed = {"seed": 11} if rounding == "stochastic" else {}
-            (r,) = _run_program(lambda v: op.cast(v, target, rounding=rounding, overflow=overflow, **seed), [x])
+            (r,) = _run_program(ctx, lambda v: op.cast(v, target, rounding=rounding, overflow=overflow, **seed), [x])
             done += 1
             if r["status"] != "pass":
                 bad.append(f"{fmt}->{target} {rounding}/{overflow}: {r['detail']}")
@@ -136,7 +136,7 @@ def _specials(fmt: str) -> np.ndarray:
 def _nan_bits(ctx, fmt: str) -> dict:
     s = _specials(fmt)
     a, b = np.repeat(s, s.size).reshape(s.size, s.size), np.tile(s, s.size).reshape(s.size, s.size)
-    results = _run_program(lambda x, y: (x + y, x - y, x * y, x / y), [a, b])
+    results = _run_program(ctx, lambda x, y: (x + y, x - y, x * y, x / y), [a, b])
     bad = [f"{o}: {r['detail']}" for o, r in zip("+-*/", results) if r["status"] != "pass"]
     return {"status": "differ", "detail": "; ".join(bad), "differing": bad} if bad else \
         {"status": "pass", "detail": f"{fmt} + - * / on {a.size} pairs of specials (NaN payloads, inf, 0): every bit "

@@ -126,7 +126,7 @@ class Operation:
     """
 
     __slots__ = ("name", "operands", "results", "attributes", "regions", "location", "parent",
-                 "_prev", "_next")
+                 "_prev", "_next", "__weakref__")  # weak references: the runtime's compiled programs per function
 
     def __init__(self, name: str, operands=(), result_types=(), attributes: dict | None = None,
                  regions=(), location: str | None = None):

@@ -29,9 +29,10 @@ def register_target(level: str, render: Callable) -> None:
     Kernel._ir_views[level] = lambda kernel: render(kernel.module)
 
 
-def lower(graph, directives: dict | None = None, *, per_op: dict | None = None) -> LoweredProgram:
-    """Graph IR module (or func) -> Schedule IR -> tile kernels (see :mod:`tessera_ref.lowering`)."""
-    return schedule_to_tile(graph_to_schedule(graph, directives, per_op=per_op))
+def lower(graph, directives: dict | None = None, *, per_op: dict | None = None, host: bool = False) -> LoweredProgram:
+    """Graph IR module (or func) -> Schedule IR -> tile kernels (see :mod:`tessera_ref.lowering`);
+    ``host``: ops without a tile lowering stay as host steps (:func:`schedule_to_tile`)."""
+    return schedule_to_tile(graph_to_schedule(graph, directives, per_op=per_op), host=host)
 
 
 def run_schedule(schedule, *arrays) -> list:

@@ -61,9 +61,12 @@ def _lower_kernel(kop: Operation, name: str) -> KernelPlan:
     return plan
 
 
-def schedule_to_tile(schedule: Module, name: str | None = None) -> LoweredProgram:
+def schedule_to_tile(schedule: Module, name: str | None = None, *, host: bool = False) -> LoweredProgram:
     """Lower the Schedule IR function ``name`` (the only one by default) to tile kernels;
-    ``schedule`` is verified first (a malformed kernel or an unknown op is a VerifyError)."""
+    ``schedule`` is verified first (a malformed kernel or an unknown op is a VerifyError).
+    ``host=True`` keeps every op without a tile lowering — and every scheduled kernel its
+    family's template refuses — as a host step (the runtime decides what becomes of it,
+    RUNTIME-HOST-1) instead of refusing it."""
     verify(schedule)
     funcs = [op for op in schedule.body if op.name == FUNC and (name is None or op.attributes["sym_name"] == name)]
     if len(funcs) != 1:
@@ -74,10 +77,16 @@ def schedule_to_tile(schedule: Module, name: str | None = None) -> LoweredProgra
     steps = []
     for index, op in enumerate(func.regions[0].entry):
         if op.name == S.KERNEL:
-            plan = _lower_kernel(op, re.sub(r"\W", "_", f"{fname}_k{index}_{op.attributes['op']}"))
+            try:
+                plan = _lower_kernel(op, re.sub(r"\W", "_", f"{fname}_k{index}_{op.attributes['op']}"))
+            except LoweringError:
+                if not host:
+                    raise
+                steps.append((op, None))  # its template refuses this instance: a host step
+                continue
             tile.body.append(plan.func)
             steps.append((op, plan))
-        elif op.name in _HOST_OPS:
+        elif op.name in _HOST_OPS or host and op.name != RETURN:
             steps.append((op, None))
         elif op.name != RETURN:
             raise LoweringError(f"'{op.name}' has no tile lowering: {', '.join(str(v.type) for v in op.operands)} "

@@ -1,12 +1,11 @@
 """CUDA-TUNE-1: the CUDA backend's autotuning rejects configurations over the register
 budget or with spills, by ptxas's numbers; the others are ranked as the interpreter ranks them."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from cuda_programs import needs_toolchain
 from tessera_ref.backends.cuda.compile import build
+from tessera_ref.backends.cuda.fake_cupy import FakeCupy
 from tessera_ref.backends.cuda.runtime import CudaBackend
 from tessera_ref.backends.cuda.source import render
 from tessera_ref.backends.cuda.tune import register_screen
@@ -33,8 +32,8 @@ def test_a_configuration_over_the_register_budget_is_rejected_with_ptxas_numbers
     variants = [({"fn": "sin"}, _variant("sin")), ({"fn": "copy"}, _variant("copy"))]
     regs = {c["fn"]: build(render(m), "sm_90").kernels["k"].registers for c, m in variants}
     assert regs["copy"] < 16 < regs["sin"]  # the budget below lies between them
-    result = CudaBackend.autotune(SimpleNamespace(arch="sm_90"), variants, PROBLEM, max_registers=16,
-                                  progress=False, cache=False)
+    result = CudaBackend(cupy=FakeCupy("90")).autotune(variants, PROBLEM, max_registers=16, progress=False,
+                                                       cache=False)
     by_fn = {t.config["fn"]: t for t in result.trials}
     assert result.best == {"fn": "copy"} and by_fn["copy"].reason is None
     assert f"uses {regs['sin']} registers" in by_fn["sin"].reason and "budget of 16" in by_fn["sin"].reason

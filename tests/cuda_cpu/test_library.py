@@ -12,7 +12,8 @@ import pytest
 import tessera_ref as t
 from cpu_programs import COMBOS, FAST, LIBRARY, bits, on_the_interpreter, run_on, seed_pipeline
 from tessera_ref import backends, kernel, op
-from tessera_ref.backends.cuda.cpu import CpuLaunchReport, CudaCpuBackend
+from tessera_ref.backends.cuda.cpu import CpuLaunchReport, CudaCpuBackend, FiberDevice
+from tessera_ref.runtime import DeviceBackend
 from tessera_ref.backends.cuda.source import render
 from tessera_ref.errors import BackendError
 from tessera_ref.lowering import lower
@@ -126,8 +127,9 @@ def test_the_seed_pipeline_race_shows_as_different_bits_across_cp_async_modes():
 
 
 def test_the_registered_backend_and_its_refusals():
-    assert isinstance(backends.get("cuda-cpu"), CudaCpuBackend)
-    assert backends.get("cuda-cpu").options.schedule == "lockstep"
+    assert isinstance(backends.get("cuda-cpu"), DeviceBackend)
+    assert isinstance(backends.get("cuda-cpu").device, FiberDevice)
+    assert backends.get("cuda-cpu").device.options.schedule == "lockstep"
     assert "cuda-cpu" in backends.available()
     with pytest.raises(BackendError, match="single-device"):
         backends.get("cuda-cpu").communicator(object())

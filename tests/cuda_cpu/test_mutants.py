@@ -16,24 +16,31 @@ import tessera_ref as t
 from cpu_programs import COMBOS, bits, on_the_interpreter
 from tessera_conformance.cases.numerics._common import fp8_structure_rows
 from tessera_ref import backends, op
-from tessera_ref.backends.cuda.cpu import CudaCpuBackend, HarnessFinding
+from tessera_ref.backends.cuda.cpu import CudaCpuBackend, FiberDevice, HarnessFinding
 from tessera_ref.backends.cuda.cpu import backend as cpu_backend
 from tessera_ref.backends.cuda.source import Source, render
 from tessera_ref.lowering import lower
+from tessera_ref.runtime import DeviceBackend
 
 
-class Planted(CudaCpuBackend):
-    """The harness running every kernel with ``plant`` applied to its rendered text."""
+class _PlantedDevice(FiberDevice):
+    """The harness device compiling every library with ``plant`` applied to its rendered text."""
 
-    def __init__(self, schedule, cp_async, plant, memcheck="guard"):
+    def __init__(self, schedule, cp_async, plant, memcheck):
         super().__init__(schedule, cp_async, memcheck)
         self.plant = plant
 
-    def launch(self, launch):
-        source = render(launch.module)
-        text = self.plant(source.text)
-        assert text != source.text and text.count("\n") == source.text.count("\n"), "the plant must change one line"
-        return self.run_source(launch, Source(text, source.locations))
+    def render(self, tile_module):
+        unit = super().render(tile_module)
+        text = self.plant(unit.source.text)
+        assert text != unit.source.text and text.count("\n") == unit.source.text.count("\n"), \
+            "the plant must change one line"
+        return dataclasses.replace(unit, source=Source(text, unit.source.locations))
+
+
+def Planted(schedule, cp_async, plant, memcheck="guard"):
+    """The cuda-cpu backend over a device whose kernels carry ``plant``."""
+    return DeviceBackend(_PlantedDevice(schedule, cp_async, plant, memcheck), "cuda-cpu")
 
 
 @functools.lru_cache(maxsize=None)

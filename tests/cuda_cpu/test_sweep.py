@@ -14,12 +14,12 @@ from tessera_ref.errors import BackendError
 
 def test_the_registered_backend_runs_three_schedules_in_both_modes():
     b = backends.get("cuda-cpu")
-    assert [(o.schedule, o.cp_async) for o in b.runs] == [
+    assert [(o.schedule, o.cp_async) for o in b.device.runs] == [
         ("lockstep", "deferred"), ("lockstep", "eager"), ("reverse", "deferred"), ("reverse", "eager"),
         ("random:1", "deferred"), ("random:1", "eager")]
     assert repr(b) == "<tessera backend 'cuda-cpu' schedule=lockstep,reverse,random:1 cp_async=deferred,eager " \
                       "memcheck=guard>"
-    assert len(CudaCpuBackend("reverse", "eager").runs) == 1
+    assert len(CudaCpuBackend("reverse", "eager").device.runs) == 1
 
 
 def test_a_correct_kernel_gives_the_interpreters_bits_from_the_sweep():

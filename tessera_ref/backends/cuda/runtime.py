@@ -1,46 +1,49 @@
-"""The backend ``"cuda"``: rendered kernels launched on one GPU with CuPy (CUDA-RUN-1 … 3).
+"""The backend ``"cuda"``: one GPU as a runtime device, driven through CuPy (CUDA-RUN-1 … 4).
 
-Every Graph IR op with a kernel family is lowered to its one-op program
-(:meth:`~tessera_ref.backends.base.Backend.lower_op`), rendered, compiled with NVRTC for the
-device's architecture (:func:`~.compile.build`, cached) and launched: the cubin is loaded with
-``cupy.RawModule(path=...)``, every buffer parameter is copied to a device buffer, the launch
-is ``(grid, (lanes, 1, 1), args, shared_mem)`` with the kernel's parameters in order followed
-by its symbolic sizes (``long``), and the ``mut`` buffers are copied back. Dynamic shared
-memory (the kernel attribute ``launch.dynamic_smem`` in bytes when set, else the total of
-:func:`~tessera_ref.ir.tile.shared_layout`, LOWER-TARGET-2) above 48 KB sets the function's
-max-dynamic-shared-memory attribute first. Ops without a kernel family run on the host by
-their primitive's reference ``impl``, as the interpreter runs them; an op whose instance has
-no tile lowering is a BackendError, never a silent fallback. Single device only: a mesh is
-a BackendError (multi-GPU collectives are the multi-process backend's). The tile
-interpreter's checkers and counters do not run on a GPU; each launch's report says so.
+:class:`CudaDevice` implements the Device contract of :mod:`tessera_ref.runtime.device`:
+memory from a ``cupy.cuda.MemoryPool`` (copies counted, asynchronous on the device's stream),
+NVRTC as the compiler (:func:`~.compile.build` for the GPU's architecture, cached), kernels
+loaded from the cubin's bytes (``cupy.cuda.function.Module.load``: no file) and launched
+asynchronously on the device's stream as ``(grid, (lanes, 1, 1), args, shared_mem)`` — the
+kernel's parameters in order (bf16/fp8 buffers as their bits), then its symbolic sizes
+(``long``); a kernel whose dynamic shared memory (LOWER-TARGET-2) exceeds 48 KB gets its
+max-dynamic-shared-memory attribute when loaded. A program's launch list is captured once by
+stream capture into CUDA graphs (one per run of launches between host steps) and each call
+replays them, the arguments and results moved into and out of the captured buffers on the
+device. Nothing synchronizes per launch: the program synchronizes once, at its end. A kernel
+that faults is a BackendError naming the kernels in flight and their Tile IR lines, and the
+device refuses all further work (the CUDA context is lost). ``"cuda"`` is
+:class:`~tessera_ref.runtime.DeviceBackend` over it; the tile interpreter's checkers and
+counters do not run on a GPU (each launch's report says so). A mesh is refused (one device).
 
 Making the backend (``backends.get("cuda")``) on a machine without CuPy or without a GPU
-raises a BackendError that says which.
+raises a BackendError that says which. :mod:`.fake_cupy` is a CuPy test double that runs this
+module's code without a GPU.
 """
 from __future__ import annotations
 
-import tempfile
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ...errors import BackendError
 from ...ir import TensorType
-from ...ir.types import IndexType
 from ...ir import tile as T
-from ..base import Backend
+from ...runtime import Allocator, Compiler, Device, DeviceBackend, Graph, Kernel, Launch, Slot
+from ...counters import count
+from ...runtime.program import DYNAMIC_SMEM, kernel_smem
 from .compile import build
+from .cpu.backend import scalar_dtype
 from .report import ARCH_LIMITS
 from .source import render
 from .toolchain import INSTALL_FIX
+from .tune import register_screen
 
-__all__ = ["CudaBackend", "RenderedBackend", "CudaLaunchReport", "arch_of", "device_bits", "DYNAMIC_SMEM"]
+__all__ = ["CudaBackend", "CudaDevice", "CudaLaunchReport", "arch_of", "device_bits", "STATIC_SMEM_MAX", "DYNAMIC_SMEM"]
 
-#: The kernel attribute holding its dynamic shared memory in bytes (0 when absent).
-DYNAMIC_SMEM = "launch.dynamic_smem"
-_STATIC_SMEM_MAX = 48 * 1024
+#: The most dynamic shared memory a kernel may take without its attribute raised.
+STATIC_SMEM_MAX = 48 * 1024
 
 
 @dataclass
@@ -94,96 +97,206 @@ def device_bits(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.type.__module__ == "numpy" else a.view(f"u{a.dtype.itemsize}")
 
 
-class RenderedBackend(Backend):
-    """What the backends running rendered CUDA C share: ops with a kernel family run as their
-    one-op kernel program, the others by their primitive's ``impl``; a launch names its kernel."""
+class _Pool(Allocator):
+    """Device memory from a ``cupy.cuda.MemoryPool``, freed buffers kept for reuse by size;
+    copies are asynchronous on the device's stream (a copy to the host then synchronizes)."""
 
-    def run_op(self, call, *operands) -> tuple:
-        if call.primitive.kernel_family is None:
-            return call.primitive.run(call, *operands)
-        return self.run_op_as_kernel(call, operands, checks=False)
+    def __init__(self, device):
+        super().__init__(device.name)
+        self.device, self.cp = device, device.cp
+        self.pool = device.cp.cuda.MemoryPool()
 
-    @staticmethod
-    def kernel_of(launch):
-        """The kernel op ``launch`` runs (its named kernel, else the module's first)."""
-        kernels = [op for op in launch.module.body if T.is_kernel(op)]
-        func = next((k for k in kernels if launch.kernel in (None, k.attributes["sym_name"])), None)
-        if func is None:
-            raise BackendError(f"the module has no kernel {launch.kernel!r}", fix="name one of its kernels")
-        return func
+    def _alloc(self, nbytes):
+        self.device.check()
+        return self.pool.malloc(nbytes)
+
+    def _copyin(self, buf, data) -> None:
+        self.device.check()
+        (buf.base + buf.offset).copy_from_host_async(data.ctypes.data, buf.nbytes, self.device.stream_)
+
+    def _copyout(self, data, buf) -> None:
+        self.device.check()
+        (buf.base + buf.offset).copy_to_host_async(data.ctypes.data, buf.nbytes, self.device.stream_)
+        self.device.synchronize()
+
+    def _copy(self, dst, src) -> None:
+        self.device.check()
+        (dst.base + dst.offset).copy_from_device_async(src.base + src.offset, src.nbytes, self.device.stream_)
+
+    def array(self, buf, dtype, shape):
+        dtype = np.dtype(dtype)
+        bits = dtype if dtype.type.__module__ == "numpy" else np.dtype(f"u{dtype.itemsize}")
+        return self.cp.ndarray(shape, bits, memptr=buf.base + buf.offset)
 
 
-class CudaBackend(RenderedBackend):
-    """Kernels on one GPU through CuPy (see the module docstring)."""
+class _Nvrtc(Compiler):
+    def __init__(self, arch: str, build_fn):
+        super().__init__()
+        self.arch, self.build = arch, build_fn
+
+    def _compile(self, source):
+        return self.build(source, self.arch)
+
+
+class _CudaKernel(Kernel):
+    def __init__(self, device, function, func, report):
+        self.device, self.function, self.name, self.report = device, function, func.attributes["sym_name"], report
+        self.where = f"{self.name} (Tile IR at {func.location})"
+        self.scalars = [None if isinstance(a.type, TensorType) and a.type.rank > 0 else scalar_dtype(a.type)
+                        for a in func.regions[0].entry.args] + [np.dtype(np.int64)] * len(func.attributes.get(
+                            "tile.sizes", {}))
+
+    def __call__(self, args, grid, block, smem, stream=None, options=None):
+        args = tuple(a if dtype is None else device_bits(np.asarray(a, dtype=dtype).reshape(1))[0]
+                     for a, dtype in zip(args, self.scalars))
+        self.device.launch_function(self, args, grid, block, smem, stream)
+        return CudaLaunchReport(self.name, tuple(grid), block[0], self.device.arch, self.report.registers,
+                                self.report.shared_bytes, smem)
+
+
+class _CudaGraph(Graph):
+    """The launch list as CUDA graphs (RUNTIME-DEV-5): captured on the first replay over buffers
+    of its own for the variable slots; each replay copies the bound arguments into them, launches
+    the graphs (host steps between them run in order) and copies the results out."""
+
+    def __init__(self, device, items, fixed, inputs, outputs):
+        super().__init__(device, items, fixed)
+        self.inputs, self.outputs = tuple(inputs), tuple(outputs)
+        self.captured, self.segments = None, None
+
+    def _capture(self, bindings: dict) -> None:
+        alloc, d = self.device.allocator, self.device
+        self.captured = {i: alloc.alloc(bindings[i].nbytes) for i in self.inputs + self.outputs}
+        fixed = {**self.fixed, **self.captured}
+        self.segments, run = [], []
+        for item in self.items + [None]:
+            if isinstance(item, Launch):
+                run.append(item)
+                continue
+            if run:
+                self.segments.append(("graph", d.capture(run, fixed), [r.where for r in run]))
+                run = []
+            if item is not None:
+                self.segments.append(("host", item, [item.name]))
+
+    def replay(self, bindings: dict, stream=None, options: dict | None = None) -> list:
+        if self.segments is None:
+            self._capture(bindings)
+        alloc, d = self.device.allocator, self.device
+        for i in self.inputs:
+            if bindings[i] is not self.captured[i]:
+                alloc.copy(self.captured[i], bindings[i])
+        count(replays=1, graph_launches=self.launches)
+        fixed = {**self.fixed, **self.captured}
+        for kind, what, where in self.segments:
+            if kind == "graph":
+                d.launch_graph(what, where)
+            else:
+                d.run_host_step(what, lambda s: fixed[s.index].view(s.offset, s.nbytes))
+        for i in self.outputs:
+            if bindings[i] is not self.captured[i]:
+                alloc.copy(bindings[i], self.captured[i])
+        return [CudaLaunchReport(r.kernel.name, r.grid, r.block[0], d.arch, r.kernel.report.registers,
+                                 r.kernel.report.shared_bytes, r.smem) for r in self.items if isinstance(r, Launch)]
+
+
+class CudaDevice(Device):
+    """One GPU through CuPy (see the module docstring); ``cupy`` and ``build`` replace CuPy and
+    NVRTC (the test double of :mod:`.fake_cupy` passes its own)."""
 
     name = "cuda"
-    description = "rendered tile kernels compiled with NVRTC and launched on one GPU with CuPy"
 
-    def __init__(self):
-        self._cp = _cupy()
-        self.arch = arch_of(self._cp.cuda.Device().compute_capability)
-        self._modules = {}
+    def __init__(self, cupy=None, build_fn=None):
+        self.cp = _cupy() if cupy is None else cupy
+        dev = self.cp.cuda.Device()
+        self.arch = arch_of(dev.compute_capability)
+        self.capacity = int(dev.mem_info[1]) if hasattr(dev, "mem_info") else None
+        self.stream_ = self.cp.cuda.Stream(non_blocking=True)
+        self.allocator = _Pool(self)
+        self.compiler = _Nvrtc(self.arch, build_fn or build)
         self._lock = threading.Lock()
-        self._dir = tempfile.mkdtemp(prefix="tessera-cuda-")
+        self._inflight: list = []
+        self._modules: list = []
+        self._fault: str | None = None
 
-    def communicator(self, mesh):
-        raise BackendError(f"the cuda backend runs single-device programs; got a mesh {mesh}",
-                           fix="run mesh programs on the 'interp' backend (multi-GPU runs are the multi-process "
-                               "backend's)")
+    # -- faults ---------------------------------------------------------------------------
+    def check(self) -> None:
+        """A BackendError when an earlier kernel faulted: the context is lost (RUNTIME-FAULT-1)."""
+        if self._fault is not None:
+            raise BackendError(f"the GPU's CUDA context was lost to an earlier fault ({self._fault}); it takes no "
+                               "further work", fix="restart the process; run the faulting kernel on 'cuda-cpu' "
+                                                   "(its harness names the out-of-bounds line)")
 
-    def _function(self, module, name):
-        """``(cupy function, KernelReport)`` of kernel ``name`` of ``module`` (compiled once)."""
-        source = render(module)
-        with self._lock:
-            hit = self._modules.get(source.text)
-            if hit is None:
-                b = build(source, self.arch)
-                path = Path(self._dir) / f"k{len(self._modules)}.cubin"
-                path.write_bytes(b.cubin)
-                hit = self._modules[source.text] = (self._cp.RawModule(path=str(path)), b)
-        raw, b = hit
-        return raw.get_function(name), b.kernels[name]
+    def synchronize(self) -> None:
+        self.check()
+        try:
+            self.stream_.synchronize()
+        except Exception as exc:  # CuPy's driver/runtime errors: an illegal address, a trap, a timeout
+            where = "; ".join(dict.fromkeys(self._inflight)) or "no kernel in flight"
+            self._fault = f"{type(exc).__name__}: {exc}; in flight: {where}"
+            raise BackendError(f"a kernel faulted on the GPU: {exc}; the kernels in flight: {where}",
+                               fix="run the program on 'cuda-cpu', whose harness names the faulting line") from None
+        self._inflight.clear()
 
-    def launch(self, launch) -> CudaLaunchReport:
-        cp = self._cp
-        func = self.kernel_of(launch)
-        attrs = func.attributes
-        name, params = attrs["sym_name"], list(attrs["tile.params"])
-        mut = set(attrs.get("tile.mut", []))
-        values = [launch.buffers[p] for p in params] if isinstance(launch.buffers, dict) else list(launch.buffers)
-        args, device, sizes = [], {}, {}
-        for pname, arg, value in zip(params, func.regions[0].entry.args, values):
-            t = arg.type
-            if isinstance(t, TensorType) and t.rank > 0:
-                host = np.ascontiguousarray(value)
-                for d, n in zip(t.shape, host.shape):
-                    if isinstance(d, str):
-                        sizes.setdefault(d, n)
-                device[pname] = (value, cp.asarray(device_bits(host)))
-                args.append(device[pname][1])
-            else:
-                dtype = (np.dtype(np.int64) if isinstance(t, IndexType) else np.dtype(np.bool_)
-                         if isinstance(t, TensorType) else np.dtype(t.format.dtype))
-                args.append(device_bits(np.asarray(value, dtype=dtype).reshape(1))[0])
-        args += [np.int64(sizes[s]) for s in attrs.get("tile.sizes", {})]
-        fn, report = self._function(launch.module, name)
-        dynamic = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
-        if dynamic > _STATIC_SMEM_MAX:
-            fn.max_dynamic_shared_size_bytes = dynamic
-        grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
-        fn(tuple(grid) + (1,) * (3 - len(grid)), (launch.lanes, 1, 1), tuple(args), shared_mem=dynamic)
-        cp.cuda.Device().synchronize()
-        for pname in mut:
-            value, buf = device[pname]
-            device_bits(value)[...] = buf.get().reshape(value.shape)
-        return CudaLaunchReport(name, grid, launch.lanes, self.arch, report.registers, report.shared_bytes, dynamic)
+    # -- the contract ---------------------------------------------------------------------
+    def render(self, tile_module):
+        return render(tile_module)
 
-    def autotune(self, variants, problem: dict, preset="H100", **options):
-        """The interpreter's ranking (:meth:`Backend.autotune`), after NVRTC rejects the
-        configurations over the register budget or with spills on this GPU's architecture
-        (:func:`~.tune.register_screen`; ``max_registers=`` to change the budget)."""
-        from ...lowering import autotune
-        from .tune import register_screen
-        screen = register_screen(self.arch, **({"max_registers": options.pop("max_registers")}
-                                               if "max_registers" in options else {}))
-        return autotune.autotune_kernel(variants, problem, preset, screen=screen, **options)
+    def load(self, binary, source, tile_module) -> dict:
+        self.check()
+        module = self.cp.cuda.function.Module()
+        module.load(binary.cubin)
+        kernels = {}
+        for func in tile_module.body:
+            if not T.is_kernel(func):
+                continue
+            name = func.attributes["sym_name"]
+            fn = module.get_function(name)
+            smem = kernel_smem(func)
+            if smem > STATIC_SMEM_MAX:
+                fn.max_dynamic_shared_size_bytes = smem
+            kernels[name] = _CudaKernel(self, fn, func, binary.kernels[name])
+        self._modules.append(module)  # loaded for the device's lifetime
+        return kernels
+
+    def launch_function(self, kernel, args, grid, block, smem, stream=None) -> None:
+        """Launch ``kernel`` asynchronously on the device's stream (never synchronizes)."""
+        self.check()
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        kernel.function(grid, tuple(block), args, shared_mem=smem, stream=stream or self.stream_)
+        self._inflight.append(kernel.where)
+
+    def capture(self, launches: list, fixed: dict):
+        """The CUDA graph of ``launches`` over the ``fixed`` buffers (stream capture)."""
+        self.check()
+        stream = self.stream_
+        stream.begin_capture()
+        try:
+            for item in launches:
+                args = [self.allocator.array(fixed[a.index].view(a.offset, a.nbytes), a.dtype, a.shape)
+                        if isinstance(a, Slot) else a for a in item.args]
+                item.kernel(args, item.grid, item.block, item.smem, stream)
+        finally:
+            graph = stream.end_capture()
+        self._inflight.clear()  # captured, not run
+        return graph
+
+    def launch_graph(self, graph, where) -> None:
+        self.check()
+        graph.launch(stream=self.stream_)
+        self._inflight += where
+
+    def graph(self, items, fixed, inputs=(), outputs=()):
+        return _CudaGraph(self, items, fixed, inputs, outputs)
+
+    def screen(self, options: dict):
+        """The autotuner's register screen for this GPU's architecture (CUDA-TUNE-1)."""
+        return register_screen(self.arch, **({"max_registers": options.pop("max_registers")}
+                                             if "max_registers" in options else {}))
+
+
+def CudaBackend(cupy=None, build_fn=None) -> DeviceBackend:
+    """``"cuda"``: :class:`~tessera_ref.runtime.DeviceBackend` over a :class:`CudaDevice`."""
+    return DeviceBackend(CudaDevice(cupy, build_fn), "cuda",
+                         "rendered tile kernels compiled with NVRTC, whole programs captured as CUDA graphs and "
+                         "replayed on one GPU with CuPy")

@@ -136,6 +136,8 @@ def test_results_are_bit_identical_across_processes(backend):
         env = dict(os.environ, PYTHONHASHSEED=seed, OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
         code = _CHILD.format(paths=[p for p in sys.path if p], backend=backend)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        if out.returncode and "tessera_ref.errors.BackendError" in out.stderr:
+            pytest.skip(f"unsupported: {backend} refuses the program: {out.stderr.strip().splitlines()[-1]}")
         assert out.returncode == 0, out.stderr
         digests.add(out.stdout.strip())
     assert len(digests) == 1

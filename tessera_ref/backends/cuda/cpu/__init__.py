@@ -12,9 +12,9 @@ and run on the CPU with each CUDA thread a fiber:
 - :mod:`.harness`: one launch under a schedule and cp.async mode, findings as errors;
 - :mod:`.asan`: one launch in the kernel's AddressSanitizer program (``include/tessera_asan.h``),
   a child process, its report parsed;
-- :mod:`.backend`: the backend ``"cuda-cpu"``.
+- :mod:`.backend`: :class:`FiberDevice`, the harness as a runtime device, and the backend ``"cuda-cpu"`` over it.
 """
-from .backend import CpuLaunchReport, CudaCpuBackend
+from .backend import CpuLaunchReport, CudaCpuBackend, FiberDevice
 from .harness import CP_ASYNC, MEMCHECKS, SCHEDULES, HarnessFinding, Options
 
-__all__ = ["CudaCpuBackend", "CpuLaunchReport", "HarnessFinding", "Options", "SCHEDULES", "CP_ASYNC", "MEMCHECKS"]
+__all__ = ["CudaCpuBackend", "FiberDevice", "CpuLaunchReport", "HarnessFinding", "Options", "SCHEDULES", "CP_ASYNC", "MEMCHECKS"]

@@ -1,9 +1,12 @@
 """The backend ``"cuda-cpu"``: the rendered CUDA kernels run on the CPU (CUDA-CPU-7).
 
-Graph IR ops with a kernel family are lowered to their one-op program, rendered
-(:func:`~..source.render`, the text the ``"cuda"`` backend compiles with NVRTC), compiled with
-g++ and the CPU twin (:mod:`.build`, cached) and launched on the host's NumPy buffers
-(:mod:`.harness`); ops without a kernel family run by their primitive's reference ``impl``.
+:class:`FiberDevice` is the CUDA-on-CPU harness as a runtime device: its memory is host
+arenas (each launch's arguments guarded by inaccessible pages, or run under ASan), its
+compiler g++ with the CPU twin (:mod:`.build`, cached), its kernels the rendered CUDA C
+(:func:`~..source.render`, the text the ``"cuda"`` backend compiles with NVRTC) launched on
+fibers (:mod:`.harness`), its graph the serial replay of the launch list. ``"cuda-cpu"`` is
+:class:`~tessera_ref.runtime.DeviceBackend` over it (:func:`CudaCpuBackend`): whole programs
+compiled once and replayed; an op without a kernel is refused unless host steps are allowed.
 Every launch runs under each schedule of ``schedule`` with each cp.async mode of
 ``cp_async`` — by default ``lockstep``, ``reverse`` and ``random:1``, each ``deferred`` and
 ``eager`` — the first into the buffers, the others on copies of them; a buffer whose bits
@@ -24,15 +27,14 @@ import numpy as np
 from ....errors import BackendError, LoweringError
 from ....ir import TensorType
 from ....ir import tile as T
-from ....ir.launch import kernel_arguments
 from ....ir.types import IndexType
 from ....numerics import tc
-from ..runtime import DYNAMIC_SMEM, RenderedBackend
+from ....runtime import Compiler, Device, DeviceBackend, HostAllocator, Kernel
 from ..source import render
 from . import build, harness
 from .harness import HarnessFinding
 
-__all__ = ["CudaCpuBackend", "CpuLaunchReport"]
+__all__ = ["CudaCpuBackend", "FiberDevice", "CpuLaunchReport", "scalar_dtype"]
 
 
 @dataclass
@@ -103,69 +105,100 @@ def _same_bits(kernel: str, first, other, want, got, names) -> None:
             raise err
 
 
-class CudaCpuBackend(RenderedBackend):
-    """Rendered kernels on the CPU harness (see the module docstring)."""
+def scalar_dtype(t):
+    """The C type of a scalar kernel argument as NumPy's: index -> long, a 0-d mask -> bool, a
+    number in its format (how the renderer declares it)."""
+    return (np.dtype(np.int64) if isinstance(t, IndexType) else np.dtype(np.bool_) if isinstance(t, TensorType)
+            else np.dtype(t.format.dtype))
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """What FiberDevice compiles: the rendered source and the kernels to launch from it."""
+    source: object
+    names: tuple
+    memcheck: str
+
+    @property
+    def text(self) -> tuple:
+        return (self.source.text, self.names, self.memcheck)
+
+
+class _Gxx(Compiler):
+    """g++ and the CPU twin (:func:`.build.library`; under ASan each launch builds its program)."""
+
+    def key(self, unit):
+        return unit.text
+
+    def _compile(self, unit):
+        return build.library(unit.source, list(unit.names)) if unit.memcheck == "guard" else None
+
+
+class _FiberKernel(Kernel):
+    def __init__(self, device, lib, unit, func):
+        attrs = func.attributes
+        self.device, self.lib, self.unit, self.name = device, lib, unit, attrs["sym_name"]
+        self.block = _tc_block(func)
+        self.arg_names = list(attrs["tile.params"]) + list(attrs.get("tile.sizes", {}))
+        self.scalars = [None if isinstance(a.type, TensorType) and a.type.rank > 0 else scalar_dtype(a.type)
+                        for a in func.regions[0].entry.args] + [np.dtype(np.int64)] * len(attrs.get("tile.sizes", {}))
+
+    def __call__(self, args, grid, block, smem, stream=None, options=None) -> CpuLaunchReport:
+        args = [a if dtype is None else np.asarray(a, dtype=dtype).reshape(1) for a, dtype in zip(args, self.scalars)]
+        runs = self.device.runs
+        before = [a.copy() for a in args] if len(runs) > 1 else None
+        start, switches = time.perf_counter(), 0
+        for i, run in enumerate(runs):  # the first into the buffers, every other on a copy of them
+            options_i, bufs = dataclasses.replace(run, tc=self.block), args if i == 0 else [b.copy() for b in before]
+            switches += harness.run(self.lib, self.name, grid, block[0], bufs, smem, options_i, self.unit.source,
+                                    self.arg_names, kernels=list(self.unit.names))
+            if i:
+                _same_bits(self.name, runs[0], run, args, bufs, self.arg_names)
+        d = self.device
+        return CpuLaunchReport(self.name, tuple(grid), block[0], d.schedules, d.modes, switches,
+                               time.perf_counter() - start)
+
+
+class FiberDevice(Device):
+    """The CUDA-on-CPU harness as a device (see the module docstring)."""
 
     name = "cuda-cpu"
-    description = "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber"
 
     def __init__(self, schedule=SWEEP_SCHEDULES, cp_async=harness.CP_ASYNC, memcheck: str = "guard"):
         build.gxx()  # no g++, or a host neither x86-64 nor AArch64: a BackendError now
         schedules, modes = _names(schedule, "schedule"), _names(cp_async, "cp.async mode")
         self.runs = tuple(harness.Options(s, m, memcheck=memcheck) for s in schedules for m in modes)
-        self._schedules, self._modes = ",".join(dict.fromkeys(schedules)), ",".join(dict.fromkeys(modes))
+        self.schedules, self.modes = ",".join(dict.fromkeys(schedules)), ",".join(dict.fromkeys(modes))
+        self.allocator = HostAllocator(self.name)
+        self.compiler = _Gxx()
 
     @property
     def options(self) -> harness.Options:
         """The first run's options (its memcheck is every run's)."""
         return self.runs[0]
 
-    def __repr__(self) -> str:
-        return (f"<tessera backend 'cuda-cpu' schedule={self._schedules} cp_async={self._modes} "
-                f"memcheck={self.options.memcheck}>")
+    @property
+    def options_text(self) -> str:
+        return f"schedule={self.schedules} cp_async={self.modes} memcheck={self.options.memcheck}"
 
-    def communicator(self, mesh):
-        raise BackendError(f"the cuda-cpu backend runs single-device programs; got a mesh {mesh}",
-                           fix="run mesh programs on the 'interp' backend")
-
-    def launch(self, launch) -> CpuLaunchReport:
+    def render(self, tile_module) -> _Unit:
         try:
-            source = render(launch.module)
+            source = render(tile_module)
         except LoweringError as exc:  # what the emitter cannot write, the harness cannot run
             raise BackendError(f"the cuda-cpu backend runs rendered CUDA C; the CUDA emitter refuses this kernel: "
                                f"{exc.what}", location=exc.location, fix=exc.fix) from None
-        return self.run_source(launch, source)
+        names = tuple(op.attributes["sym_name"] for op in tile_module.body if T.is_kernel(op))
+        return _Unit(source, names, self.options.memcheck)
 
-    def run_source(self, launch, source) -> CpuLaunchReport:
-        """Run ``launch`` with its kernel compiled from ``source`` (a :class:`~..source.Source`:
-        the rendering of ``launch.module``, or a changed copy of it, as mutation tests plant bugs)."""
-        func = self.kernel_of(launch)
-        kernels = [op for op in launch.module.body if T.is_kernel(op)]  # one library holds them all
-        attrs = func.attributes
-        name, params = attrs["sym_name"], list(attrs["tile.params"])
-        values, sizes = kernel_arguments(func, launch.buffers)  # TILE-EXEC-1: a KernelError for bad arguments
-        args = []
-        for arg, value in zip(func.regions[0].entry.args, values):
-            t = arg.type
-            if isinstance(t, TensorType) and t.rank > 0:
-                args.append(value)  # C-contiguous, written in place
-            else:  # the renderer's scalars: index -> long, a 0-d mask -> bool, a number in its format
-                dtype = (np.dtype(np.int64) if isinstance(t, IndexType) else np.dtype(np.bool_)
-                         if isinstance(t, TensorType) else np.dtype(t.format.dtype))
-                args.append(np.asarray(value, dtype=dtype).reshape(1))
-        args += [np.array([sizes[s]], np.int64) for s in attrs.get("tile.sizes", {})]
-        names = [k.attributes["sym_name"] for k in kernels]
-        lib = build.library(source, names) if self.options.memcheck == "guard" else None  # asan: a program
-        smem = int(attrs.get(DYNAMIC_SMEM, T.shared_layout(func)[1]))  # LOWER-TARGET-2
-        block, arg_names = _tc_block(func), params + list(attrs.get("tile.sizes", {}))
-        before = [a.copy() for a in args] if len(self.runs) > 1 else None
-        start, switches = time.perf_counter(), 0
-        for i, run in enumerate(self.runs):  # the first into the buffers, every other on a copy of them
-            options, bufs = dataclasses.replace(run, tc=block), args if i == 0 else [b.copy() for b in before]
-            switches += harness.run(lib, name, launch.grid, launch.lanes, bufs, smem, options, source, arg_names,
-                                    kernels=names)
-            if i:
-                _same_bits(name, self.runs[0], run, args, bufs, arg_names)
-        seconds = time.perf_counter() - start
-        grid = tuple(launch.grid) if np.ndim(launch.grid) else (launch.grid,)
-        return CpuLaunchReport(name, grid, launch.lanes, self._schedules, self._modes, switches, seconds)
+    def load(self, binary, unit, tile_module) -> dict:
+        return {op.attributes["sym_name"]: _FiberKernel(self, binary, unit, op)
+                for op in tile_module.body if T.is_kernel(op)}
+
+
+def CudaCpuBackend(schedule=SWEEP_SCHEDULES, cp_async=harness.CP_ASYNC, memcheck: str = "guard", *,
+                   allow_host: bool = False) -> DeviceBackend:
+    """``"cuda-cpu"``: :class:`~tessera_ref.runtime.DeviceBackend` over a :class:`FiberDevice`
+    running every launch under each of ``schedule`` × ``cp_async`` (CUDA-CPU-7)."""
+    return DeviceBackend(FiberDevice(schedule, cp_async, memcheck), "cuda-cpu",
+                         "rendered CUDA kernels compiled with g++ and a CPU twin of the device, each thread a fiber; "
+                         "whole programs compiled once and replayed", allow_host=allow_host)
