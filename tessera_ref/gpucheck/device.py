@@ -1,5 +1,6 @@
-"""The check's view of the device (CUDA-CHECK-1): CuPy or, in a dry run, its stand-in; CUDA C
-loaded as a module; results compared bit for bit."""
+"""The check's view of the device (CUDA-CHECK-1): CuPy or, in a dry run, the runtime's CuPy
+test double (:mod:`tessera_ref.backends.cuda.fake_cupy`, whose device is the CUDA-on-CPU
+harness); CUDA C loaded as a module; results compared bit for bit."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,7 @@ import numpy as np
 
 from ..backends.cuda import compile as cuda_compile
 from ..backends.cuda import runtime
+from ..backends.cuda.fake_cupy import FakeCupy
 from ..backends.cuda.runtime import arch_of, device_bits
 
 __all__ = ["Context", "Skip", "compare_bits", "hexbits"]
@@ -20,19 +22,20 @@ class Skip(Exception):
 
 
 class Context:
-    """One worker's device: ``cp`` (CuPy or the dry run's stand-in), ``arch`` (sm_80/sm_90),
-    ``dry_run``, ``quick``, ``scale`` (how much work an item does: ``full``, ``quick`` or
-    ``dry``, the least) and ``out`` (the results directory)."""
+    """One worker's device: ``cp`` (CuPy, or in a dry run the test double), ``build`` (NVRTC's,
+    or the double's, which records what it built), ``backend`` (``"cuda"``, or the runtime's
+    ``CudaDevice`` over the double), ``arch`` (sm_80/sm_90), ``dry_run``, ``quick``, ``scale``
+    (how much work an item does: ``full``, ``quick`` or ``dry``, the least) and ``out`` (the
+    results directory)."""
 
     def __init__(self, dry_run: bool, quick: bool, out: str):
         self.dry_run, self.quick, self.out = dry_run, quick, Path(out)
         self.scale = "dry" if dry_run else "quick" if quick else "full"
         if dry_run:
-            from .fake import install, runtime_backend
-            install()
-        self.cp = runtime._cupy()
-        #: the "cuda" backend, or in a dry run the runtime's CudaDevice over its CuPy test double
-        self.backend = runtime_backend() if dry_run else "cuda"
+            self.cp = FakeCupy()
+            self.build, self.backend = self.cp.build, runtime.CudaBackend(cupy=self.cp, build_fn=self.cp.build)
+        else:
+            self.cp, self.build, self.backend = runtime._cupy(), cuda_compile.build, "cuda"
         self.arch = arch_of(self.cp.cuda.Device().compute_capability)
         self._dir = tempfile.mkdtemp(prefix="tessera-gpu-check-")
         self._loaded = 0
@@ -40,7 +43,7 @@ class Context:
     def load(self, source, arch=None):
         """``(module, Build)`` of CUDA C ``source`` compiled for the device (a fresh cubin file
         per module: CuPy keeps modules by path)."""
-        b = cuda_compile.build(source, arch or self.arch)
+        b = self.build(source, arch or self.arch)
         self._loaded += 1
         path = Path(self._dir) / f"m{os.getpid()}_{self._loaded}.cubin"
         path.write_bytes(b.cubin)

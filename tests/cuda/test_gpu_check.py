@@ -12,7 +12,8 @@ import pytest
 
 from cuda_programs import needs_toolchain
 from tessera_ref.errors import UsageError
-from tessera_ref.gpucheck import fake, report, runner, sanitize
+from tessera_ref.backends.cuda.fake_cupy import FakeCudaError, FakeCupy
+from tessera_ref.gpucheck import report, runner, sanitize
 from tessera_ref.gpucheck.device import compare_bits, hexbits
 from tessera_ref.gpucheck.stages import STAGES, Stage
 
@@ -37,7 +38,7 @@ def test_the_quick_dry_run_runs_every_stage_and_writes_a_valid_report(tmp_path):
     assert all(statuses[s] == "pass" for s in ("environment", "bits", "numerics", "tc", "speed")), done.stdout
     assert done.returncode == 0 and lines[-1].startswith("pass: ")
     env = rep["environment"]
-    assert env["device"] == fake.DEVICE_NAME and env["toolchain"] in ("pinned", "cuda13-wheels", "toolkit")
+    assert env["device"] == FakeCupy.DEVICE_NAME and env["toolchain"] in ("pinned", "cuda13-wheels", "toolkit")
     md = (tmp_path / path.name.replace(".json", ".md")).read_text()
     assert all(f"| {s.name} |" in md for s in STAGES) and "dry run" in md
     with np.load(tmp_path / rep["files"][2]) as cases:  # the tensor-core cases, in tests/cuda/data's format
@@ -144,28 +145,28 @@ extern "C" __global__ void bump(float* y, int n) {
 
 
 @needs_toolchain
-def test_the_stand_in_is_cupy_where_the_check_relies_on_it(tmp_path, monkeypatch):
-    from tessera_ref.backends.cuda import compile as cuda_compile
-    from tessera_ref.backends.cuda import runtime
-    for module, name in ((cuda_compile, "build"), (runtime, "build"), (runtime, "_cupy")):
-        monkeypatch.setattr(module, name, getattr(module, name))  # install() replaces them: restored after
-    cp = fake.install()
+def test_the_double_is_cupy_where_the_check_relies_on_it(tmp_path):
+    cp = FakeCupy()
     with pytest.raises(ValueError, match="Unsupported dtype float8_e5m2"):
         cp.asarray(np.zeros(4, ml_dtypes.float8_e5m2))
     path = tmp_path / "k.cubin"
-    path.write_bytes(cuda_compile.build(COUNT, "sm_90").cubin)
+    path.write_bytes(cp.build(COUNT, "sm_90").cubin)
     fn = cp.RawModule(path=str(path)).get_function("bump")
     y = cp.asarray(np.zeros(64, np.float32))
     stream = cp.cuda.Stream(non_blocking=True)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
     with stream:
         stream.begin_capture()
-        fn((1, 1, 1), (64, 1, 1), (y, np.int32(64)))
+        fn((1, 1, 1), (64, 1, 1), (y, np.int32(64)))  # on the current stream: captured, not run
         graph = stream.end_capture()
-    assert np.all(y.get() == 0)  # captured, not run
-    graph.launch(stream)
-    graph.launch(stream)
-    assert np.all(y.get() == 2)
-    assert np.all(np.isnan(cp.empty(8, dtype=np.float32).get()))  # poisoned, as the check expects
+        assert np.all(y.get() == 0)
+        start.record()
+        graph.launch(stream)
+        graph.launch(stream)
+        stop.record()
+    stop.synchronize()
+    assert np.all(y.get() == 2) and cp.cuda.get_elapsed_time(start, stop) >= 0
+    assert not np.any(cp.empty(8, dtype=np.float32).get() == 0)  # uninitialized, never zeros
     (tmp_path / "other.cubin").write_bytes(b"\x7fELF not built here")
-    with pytest.raises(RuntimeError, match="INVALID_IMAGE"):
+    with pytest.raises(FakeCudaError, match="INVALID_IMAGE"):
         cp.RawModule(path=str(tmp_path / "other.cubin"))

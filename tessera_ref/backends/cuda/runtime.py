@@ -22,6 +22,7 @@ module's code without a GPU.
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from dataclasses import dataclass
 
@@ -112,11 +113,13 @@ class _Pool(Allocator):
 
     def _copyin(self, buf, data) -> None:
         self.device.check()
-        (buf.base + buf.offset).copy_from_host_async(data.ctypes.data, buf.nbytes, self.device.stream_)
+        # a c_void_p: CuPy before 13 reads the address's .value (14 also takes an int)
+        (buf.base + buf.offset).copy_from_host_async(ctypes.c_void_p(data.ctypes.data), buf.nbytes,
+                                                     self.device.stream_)
 
     def _copyout(self, data, buf) -> None:
         self.device.check()
-        (buf.base + buf.offset).copy_to_host_async(data.ctypes.data, buf.nbytes, self.device.stream_)
+        (buf.base + buf.offset).copy_to_host_async(ctypes.c_void_p(data.ctypes.data), buf.nbytes, self.device.stream_)
         self.device.synchronize()
 
     def _copy(self, dst, src) -> None:
