@@ -30,7 +30,7 @@ from .core import MODULE, Block, Module, Operation, Region
 from .errors import MAX_NESTING, IRError, IRParseError, too_deep
 from .registry import op_info
 from .layout import ShardLayout
-from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
+from .types import ELEMENT_KINDS, MAX_DIM, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
 
@@ -481,10 +481,12 @@ class _Parser:
             c = self.peek()
             if c.isdigit():
                 digits = self.match(_DIGITS, "a dimension").group()
-                try:
-                    shape.append(int(digits))
-                except ValueError:
-                    raise self.error("dimension too large", self.pos - len(digits)) from None
+                significant = digits.lstrip("0") or "0"
+                if len(significant) > len(str(MAX_DIM)) or int(significant) > MAX_DIM:
+                    shown = digits if len(digits) <= 40 else f"{digits[:20]}...({len(digits)} digits)"
+                    raise self.error(f"dimension {shown} does not fit an int64 index (at most 2^63 - 1 = {MAX_DIM})",
+                                     self.pos - len(digits), fix="use a smaller size, or a symbolic dimension [N]")
+                shape.append(int(significant))
             elif c == "[":
                 self.pos += 1
                 shape.append(self.match(SYMBOL_RE, "a symbolic dimension name [A-Za-z_][A-Za-z0-9_]*").group())
