@@ -286,7 +286,8 @@ def _check_dim(x: DistTensor, dim, what: str) -> int:
 def reduce_scatter(x, axis, dim=None, op: str = "sum") -> DistTensor:
     """``dist.collective.reduce_scatter(C_partial, axis="tp")``: carry out the pending reduction
     over ``axis`` and split dimension ``dim`` over it (MESH-COLL-2). ``dim`` defaults to the
-    first whole dimension. The reduced values are those of
+    first whole dimension; a tensor already split over ``axis`` is returned unchanged, and a
+    ``dim`` other than its split one is an error (MESH-COLL-8). The reduced values are those of
     :func:`all_reduce` (NUM-RED-3), so the two agree bit for bit."""
     x = _check(x, "reduce_scatter")
     (axis,) = _axes(x, axis, "reduce_scatter")

@@ -252,7 +252,7 @@ class _Lower:
         op = _BINOPS.get(type(s.op))
         if op is None:
             raise self.error(s, f"the operator {type(s.op).__name__} is not supported",
-                             fix="use +, -, *, /, //, %, & or | (or write the update out: a = f(a, b))")
+                             fix="use +=, -=, *=, /=, //= or %= (or write the update out: a = f(a, b))")
         env[s.target.id] = self.binary(op, env[s.target.id], self.expr(s.value, env), s)
 
     def carried_names(self, stmts, env) -> list:
@@ -341,7 +341,7 @@ class _Lower:
         if isinstance(value, T.Value):
             raise self.error(node, f"{what} must be a compile-time constant, got {ast.unparse(node)!r}",
                              fix="use a literal, a constant bound with kernel.specialize(...), or an "
-                                     "expression of those")
+                                 "expression of those")
         return value
 
     def expr(self, node, env, statement: bool = False):

@@ -306,7 +306,8 @@ def all_reduce(x, axis, op: str = "sum"):
 
 def reduce_scatter(x, axis, dim=None, op: str = "sum"):
     """Carry out the pending reduction over ``axis`` and split ``dim`` over it (MESH-COLL-2);
-    ``dim`` defaults to the first dimension that is whole."""
+    ``dim`` defaults to the first dimension that is whole (to the split one of a tensor already
+    split over ``axis``, which is returned unchanged: MESH-COLL-8)."""
     return bind(REDUCE_SCATTER, x, axis=axis, dim=_scatter_default(x, axis) if dim is None else dim, op=op)
 
 
