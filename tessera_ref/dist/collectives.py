@@ -48,6 +48,7 @@ from ..ir import TensorType
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import to_accum
 from ..numerics.reduce import divide_by_count
+from ..ops.collective import scatter_conflict
 from . import events
 from .mesh import Mesh
 from .tensor import DistTensor, local_shape
@@ -285,17 +286,23 @@ def _check_dim(x: DistTensor, dim, what: str) -> int:
 def reduce_scatter(x, axis, dim=None, op: str = "sum") -> DistTensor:
     """``dist.collective.reduce_scatter(C_partial, axis="tp")``: carry out the pending reduction
     over ``axis`` and split dimension ``dim`` over it (MESH-COLL-2). ``dim`` defaults to the
-    first whole dimension. The reduced values are those of
+    first whole dimension; a tensor already split over ``axis`` is returned unchanged, and a
+    ``dim`` other than its split one is an error (MESH-COLL-8). The reduced values are those of
     :func:`all_reduce` (NUM-RED-3), so the two agree bit for bit."""
     x = _check(x, "reduce_scatter")
     (axis,) = _axes(x, axis, "reduce_scatter")
+    _check_op(op, "reduce_scatter")
+    dim = None if dim is None else _check_dim(x, dim, "reduce_scatter")
     lay = x.layout
     if axis in lay.split_axes:
+        conflict = None if dim is None else scatter_conflict(x.type, axis, dim)
+        if conflict is not None:
+            raise CollectiveError(conflict[0], fix=conflict[1])
         _warn((
             f"reduce_scatter over {axis!r} of {x.type}: the tensor is not a partial sum — it is already "
             f"split over {axis!r} along dimension {lay.dim_of(axis)} — so it is returned unchanged"))
         return x
-    dim = _default_scatter_dim(x, axis) if dim is None else _check_dim(x, dim, "reduce_scatter")
+    dim = _default_scatter_dim(x, axis) if dim is None else dim
     if len(lay.partial) > 1:  # an exact sum still pending over other axes is not split (NUM-RED-4)
         _require_rounded(x, x.local, f"splitting dimension {dim} over {axis!r}")
     if axis in lay.partial:
@@ -313,7 +320,6 @@ def _reduce_scatter_blocks(x: DistTensor, axis: str, dim: int, op: str) -> DistT
     """The pending reduction over ``axis`` folded by the communicator only into the block of
     dimension ``dim`` each device keeps (a ring's bytes across processes, MESH-MP-4); the bits
     of :func:`all_reduce` followed by the split."""
-    _check_op(op, "reduce_scatter")
     base = _base_op(x, [axis], op, "reduce_scatter")
     lay = x.layout
     new_layout, _ = _scatter_dim(x, None, axis, dim, lay.replace(partial=tuple(a for a in lay.partial if a != axis)))

@@ -43,7 +43,7 @@ import os
 import textwrap
 
 from .. import context
-from ..errors import KernelError, TesseraError
+from ..errors import KernelError, TesseraError, checked_signature
 from ..ir import tile as T
 from ..ir.launch import Launch
 from ..ir.types import IndexType, ScalarType, TensorType
@@ -102,7 +102,7 @@ class _Lower:
     def loc(self, node) -> str:
         return f"{self.filename}:{getattr(node, 'lineno', 1) + self.offset}"
 
-    def error(self, node, what: str, fix: str | None = None) -> KernelError:
+    def error(self, node, what: str, fix: str) -> KernelError:
         return KernelError(f"@kernel {self.fn.name}: {what}", location=self.loc(node), fix=fix)
 
     # -- signature ----------------------------------------------------------------------
@@ -122,7 +122,8 @@ class _Lower:
         if isinstance(node, ast.Subscript) and _dotted(node.value) == "mut":
             ptype, _ = self.annotation(node.slice, name)
             if not isinstance(ptype, TensorType):
-                raise self.error(node, f"mut parameter {name!r} must be a buffer like f32[n]")
+                raise self.error(node, f"mut parameter {name!r} must be a buffer like f32[n]",
+                                 fix="annotate it mut[f32[n]] (or y: mut f32[n] in the DSL): only buffers are written")
             return ptype, True
         if isinstance(node, ast.Name):
             if node.id in ("index", "int"):
@@ -141,7 +142,8 @@ class _Lower:
                     shape.append(d.id)
                 else:
                     raise self.error(d, f"a dimension of {name!r} must be an int or a size name, got "
-                                        f"{ast.unparse(d)!r}")
+                                        f"{ast.unparse(d)!r}",
+                                     fix="write each dimension as an int or a size name, e.g. f32[n, 64]")
             return T.buffer(shape, fmt), False
         raise self.error(node, f"cannot read the annotation {ast.unparse(node)!r} of {name!r}",
                          fix="write f32[n], mut[f32[n]], f32 or index")
@@ -168,7 +170,9 @@ class _Lower:
             return self.kb.finish()
         except TesseraError as exc:
             raise KernelError(f"@kernel {self.fn.name}: the lowered Tile IR is malformed: {exc.what}",
-                              location=exc.location, fix=exc.fix) from None
+                              location=exc.location,
+                              fix=exc.fix or "simplify the kernel around that line; if docs/spec/tiles.md allows it, "
+                                             "report it as a tessera_ref bug") from None
 
     def find_bare_shape(self, env):
         bare = {t.id for n in ast.walk(self.fn) if isinstance(n, ast.Assign) and _dotted(n.value) == "tshared.alloc"
@@ -221,21 +225,25 @@ class _Lower:
             env[target.id] = value
         elif isinstance(target, ast.Tuple):
             if not isinstance(value_node, ast.Tuple) or len(value_node.elts) != len(target.elts):
-                raise self.error(stmt, "tuple assignment needs a tuple of the same length on the right")
+                raise self.error(stmt, "tuple assignment needs a tuple of the same length on the right",
+                                 fix="unpack a tuple of as many values: a, b = x, y")
             values = [self.expr(v, env) for v in value_node.elts]
             for t, v in zip(target.elts, values):
                 if not isinstance(t, ast.Name):
-                    raise self.error(stmt, "only names can be unpacked into")
+                    raise self.error(stmt, "only names can be unpacked into",
+                                     fix="unpack into plain names: a, b = x, y")
                 env[t.id] = v
         elif isinstance(target, ast.Subscript):
             buf = self.expr(target.value, env)
             self.store(buf, self.indices(target.slice, env), self.expr(value_node, env), stmt)
         else:
-            raise self.error(stmt, f"cannot assign to {ast.unparse(target)!r}")
+            raise self.error(stmt, f"cannot assign to {ast.unparse(target)!r}",
+                             fix="assign to a name (v = ...) or store into a buffer element (Y[i] = v)")
 
     def augassign(self, s, env) -> None:
         if not isinstance(s.target, ast.Name) or s.target.id not in env:
-            raise self.error(s, f"{ast.unparse(s.target)!r} must be a defined name to update it")
+            raise self.error(s, f"{ast.unparse(s.target)!r} must be a defined name to update it",
+                             fix="assign the name first (acc = 0.0), then update it (acc += v)")
         call = s.value
         if (isinstance(s.op, ast.Add) and isinstance(call, ast.Call)
                 and _dotted(call.func) in ("tile.mma", "tile.mma_sync")):
@@ -243,7 +251,8 @@ class _Lower:
             return
         op = _BINOPS.get(type(s.op))
         if op is None:
-            raise self.error(s, f"the operator {type(s.op).__name__} is not supported")
+            raise self.error(s, f"the operator {type(s.op).__name__} is not supported",
+                             fix="use +=, -=, *=, /=, //= or %= (or write the update out: a = f(a, b))")
         env[s.target.id] = self.binary(op, env[s.target.id], self.expr(s.value, env), s)
 
     def carried_names(self, stmts, env) -> list:
@@ -258,28 +267,34 @@ class _Lower:
         if isinstance(value, (int, float)):
             fmt = like.format.name if isinstance(like, ScalarType) else "f32"
             return self.kb.const(value, fmt)
-        raise self.error(node, f"{value!r} is not a value a kernel can compute with")
+        raise self.error(node, f"{value!r} is not a value a kernel can compute with",
+                         fix="compute with ints, floats, index values, lane values and buffer views")
 
     def for_stmt(self, s, env) -> None:
         it = s.iter
         name = _dotted(it.func) if isinstance(it, ast.Call) else None
         if name not in ("range", "tile.range") or not isinstance(s.target, ast.Name) or s.orelse:
-            raise self.error(s, "kernel loops are 'for i in range(...)' or 'for t in tile.range(n, step=, prefetch=)'")
+            raise self.error(s, "kernel loops are 'for i in range(...)' or 'for t in tile.range(n, step=, prefetch=)'",
+                             fix="loop with for i in range(lo, hi, step) or for t in tile.range(n, step=s, "
+                                 "prefetch=k), without an else")
         args = [self.expr(a, env) for a in it.args]
         kw = {k.arg: k.value for k in it.keywords}
         if name == "tile.range":
             if len(args) != 1:
-                raise self.error(s, "tile.range(n, step=s, prefetch=k) takes one positional argument")
+                raise self.error(s, "tile.range(n, step=s, prefetch=k) takes one positional argument",
+                                 fix="write tile.range(n, step=s, prefetch=k)")
             lb, ub = 0, args[0]
             step = self.expr(kw.pop("step"), env) if "step" in kw else 1
             prefetch = self.const_of(kw.pop("prefetch"), env, "prefetch") if "prefetch" in kw else 0
         else:
             if not 1 <= len(args) <= 3:
-                raise self.error(s, "range takes 1 to 3 arguments")
+                raise self.error(s, "range takes 1 to 3 arguments",
+                                 fix="write range(n), range(lo, hi) or range(lo, hi, step)")
             lb, ub, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
             prefetch = 0
         if kw:
-            raise self.error(s, f"unknown argument(s) {sorted(kw)} of {name}")
+            raise self.error(s, f"unknown argument(s) {sorted(kw)} of {name}",
+                             fix=f"{name} takes step= and prefetch= (tile.range) or no keywords (range)")
         carried = self.carried_names(s.body, env)
         init = [self.materialize(env[n], s) for n in carried]
         explicit = any(_dotted(n.func) in ("cp_async.commit", "cp_async.wait")
@@ -324,7 +339,9 @@ class _Lower:
     def const_of(self, node, env, what):
         value = self.expr(node, env)
         if isinstance(value, T.Value):
-            raise self.error(node, f"{what} must be a compile-time constant, got {ast.unparse(node)!r}")
+            raise self.error(node, f"{what} must be a compile-time constant, got {ast.unparse(node)!r}",
+                             fix="use a literal, a constant bound with kernel.specialize(...), or an "
+                                 "expression of those")
         return value
 
     def expr(self, node, env, statement: bool = False):
@@ -349,7 +366,8 @@ class _Lower:
             left, out = self.expr(node.left, env), None
             for op, right_node in zip(node.ops, node.comparators):
                 if type(op) not in _CMPOPS:
-                    raise self.error(node, f"the comparison {type(op).__name__} is not supported")
+                    raise self.error(node, f"the comparison {type(op).__name__} is not supported",
+                                     fix="compare with <, <=, >, >=, == or !=")
                 right = self.expr(right_node, env)
                 part = self.binary(_CMPOPS[type(op)], left, right, node)
                 out = part if out is None else self.binary("and", out, part, node)
@@ -375,7 +393,8 @@ class _Lower:
             return self.call(node, env, statement)
         elif isinstance(node, ast.Attribute) and _dotted(node) == "tshared.alloc":
             return self.bare_alloc(node)
-        raise self.error(node, f"the expression {ast.unparse(node)!r} is not supported in a kernel body")
+        raise self.error(node, f"the expression {ast.unparse(node)!r} is not supported in a kernel body",
+                         fix="see docs/spec/tiles.md for what a kernel body may compute")
 
     def binary(self, fn, a, b, node):
         if not isinstance(a, T.Value) and not isinstance(b, T.Value):
@@ -387,12 +406,14 @@ class _Lower:
                                      fix="fix the constant divisor") from None
             if fn in ("and", "or"):
                 return (a and b) if fn == "and" else (a or b)
-            raise self.error(node, f"cannot compute {fn} of {a!r} and {b!r}")
+            raise self.error(node, f"cannot compute {fn} of {a!r} and {b!r}",
+                             fix=f"compute {fn} of numbers (ints or floats) or of lane values")
         like = a.type if isinstance(a, T.Value) else b.type
         a, b = self.materialize(a, node, like), self.materialize(b, node, like)
         if fn in ("and", "or"):
             if a.type != T.MASK_T or b.type != T.MASK_T:
-                raise self.error(node, f"'{fn}' combines conditions, got {a.type} and {b.type}")
+                raise self.error(node, f"'{fn}' combines conditions, got {a.type} and {b.type}",
+                                 fix="combine comparisons (a < b and c < d), not numbers")
         elif a.type != b.type:
             raise self.error(node, f"{fn} of {a.type} and {b.type}: both operands need one type",
                              fix="convert one side explicitly, e.g. float(i) or int(x)")
@@ -400,13 +421,16 @@ class _Lower:
             raise self.error(node, "'/' of integers; integer division is '//'", fix="write a // b")
         if isinstance(a.type, TensorType) and a.type != T.MASK_T:
             raise self.error(node, f"arithmetic on a buffer or fragment ({a.type}) is not supported; "
-                                   "index it to get one value per lane")
+                                   "index it to get one value per lane",
+                             fix="index the buffer (X[i]) or load a fragment first (tile.load(X, index=..., "
+                                 "shape=...))")
         return self.kb.binary(fn, a, b)
 
     def slice_length(self, sl):
         lo, hi = sl.lower, sl.upper
         if sl.step is not None or hi is None:
-            raise self.error(sl, "a view is written X[t:t+L] with a constant length L")
+            raise self.error(sl, "a view is written X[t:t+L] with a constant length L",
+                             fix="write X[t:t+L] with a constant L and no step")
         if lo is None:
             lo = ast.Constant(0)
         if isinstance(hi, ast.BinOp) and isinstance(hi.op, ast.Add) and ast.dump(hi.left) == ast.dump(lo):
@@ -444,10 +468,12 @@ class _Lower:
 
     def subscript(self, node, env):
         if _dotted(node.value) == "tshared.alloc":
-            raise self.error(node, "tshared.alloc[fmt] needs its shape: tshared.alloc[f16](BM, BK)")
+            raise self.error(node, "tshared.alloc[fmt] needs its shape: tshared.alloc[f16](BM, BK)",
+                             fix="write tshared.alloc[f16](BM, BK)")
         buf = self.expr(node.value, env)
         if not isinstance(buf, T.Value) or not isinstance(buf.type, TensorType) or buf.type.rank == 0:
-            raise self.error(node, f"{ast.unparse(node.value)!r} is not a buffer that can be indexed")
+            raise self.error(node, f"{ast.unparse(node.value)!r} is not a buffer that can be indexed",
+                             fix="index a buffer parameter, a view of one or a tshared allocation")
         elts = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if any(isinstance(e, ast.Slice) for e in elts):
             offsets, shape = [], []
@@ -463,21 +489,25 @@ class _Lower:
                     offsets.append(self.index_value(self.expr(e, env), e))
             if len(elts) != buf.type.rank:
                 raise self.error(node, f"{ast.unparse(node.value)} has {buf.type.rank} dimension(s), viewed "
-                                       f"with {len(elts)}")
+                                       f"with {len(elts)}",
+                                 fix=f"give one index or slice per dimension ({buf.type.rank})")
             return self.kb.subview(buf, offsets, shape)
         if len(elts) != buf.type.rank:
             raise self.error(node, f"{ast.unparse(node.value)} has {buf.type.rank} dimension(s), indexed "
-                                   f"with {len(elts)}")
+                                   f"with {len(elts)}",
+                             fix=f"give one index per dimension ({buf.type.rank})")
         return self.kb.load(buf, self.indices(node.slice, env))
 
     def store(self, buf, index, value, node) -> None:
         if not isinstance(buf, T.Value) or not isinstance(buf.type, TensorType) or buf.type.rank == 0:
-            raise self.error(node, "stores go into a buffer (a mut parameter or a tshared allocation)")
+            raise self.error(node, "stores go into a buffer (a mut parameter or a tshared allocation)",
+                             fix="store into a mut parameter (y: mut[f32[n]]) or a tshared.alloc buffer")
         if isinstance(value, T.Value) and isinstance(value.type, TensorType) and value.type.rank:
             self.kb.frag_store(self.kb.subview(buf, index, value.type.shape), value)
             return
         if len(index) != buf.type.rank:
-            raise self.error(node, f"the buffer has {buf.type.rank} dimension(s), the index has {len(index)}")
+            raise self.error(node, f"the buffer has {buf.type.rank} dimension(s), the index has {len(index)}",
+                             fix=f"give one index per dimension ({buf.type.rank})")
         value = self.materialize(value, node, ScalarType(buf.type.policy))
         if value.type != ScalarType(buf.type.policy):
             if not isinstance(value.type, ScalarType):
@@ -522,7 +552,8 @@ class _Lower:
         kw = {k.arg: k.value for k in node.keywords}
         extra = set(kw) - set(allowed)
         if extra:
-            raise self.error(node, f"unknown argument(s) {sorted(extra)}; {_dotted(node.func)} takes {list(allowed)}")
+            raise self.error(node, f"unknown argument(s) {sorted(extra)}; {_dotted(node.func)} takes {list(allowed)}",
+                             fix=f"use only {list(allowed)}")
         return kw
 
     def call(self, node, env, statement):
@@ -538,7 +569,8 @@ class _Lower:
             kw = self.kwargs(node, ("axis",))
             axis = self.const_of(node.args[0] if node.args else kw.get("axis", ast.Constant(0)), env, "axis")
             if isinstance(axis, bool) or axis not in (0, 1, 2):
-                raise self.error(node, f"{name}'s axis is 0, 1 or 2 (a grid has at most 3 axes), got {axis!r}")
+                raise self.error(node, f"{name}'s axis is 0, 1 or 2 (a grid has at most 3 axes), got {axis!r}",
+                                 fix="pass axis=0, 1 or 2")
             return kb.num_tiles(axis) if name == "tile.num_tiles" else kb.tile_id(axis)
         if name == "tbarrier":
             if self.prefetch and not self.prefetch[-1][1] and self.uncommitted:
@@ -549,11 +581,13 @@ class _Lower:
             return None
         if name in ("cp_async.shared.global_", "cp_async.shared.global"):
             if len(node.args) != 2:
-                raise self.error(node, "cp_async.shared.global(dst, src) takes the shared buffer and a global view")
+                raise self.error(node, "cp_async.shared.global(dst, src) takes the shared buffer and a global view",
+                                 fix="write cp_async.shared.global(s, X[t:t+128])")
             dst, src = (self.expr(a, env) for a in node.args)
             for what, v in (("destination", dst), ("source", src)):
                 if not isinstance(v, T.Value) or not isinstance(v.type, TensorType) or not v.type.rank:
-                    raise self.error(node, f"the cp_async {what} must be a buffer or a view like X[t:t+128]")
+                    raise self.error(node, f"the cp_async {what} must be a buffer or a view like X[t:t+128]",
+                                     fix="copy between a shared buffer and a view of a global buffer, e.g. X[t:t+128]")
             if dst.type.shape != src.type.shape or dst.type.format != src.type.format:
                 raise self.error(node, f"cp_async copies {src.type} into {dst.type}: shapes and formats must match",
                                  fix="copy a slice of the shared buffer's shape")
@@ -626,7 +660,8 @@ class _Lower:
 
     def index_arg(self, node, call, env) -> list:
         if node is None:
-            raise self.error(call, f"{_dotted(call.func)} needs index=")
+            raise self.error(call, f"{_dotted(call.func)} needs index=",
+                             fix=f"write {_dotted(call.func)}(X, index=i, ...)")
         value = self.expr(node, env)
         values = value if isinstance(value, tuple) else (value,)
         return [self.index_value(v, node) for v in values]
@@ -634,16 +669,19 @@ class _Lower:
     def alloc(self, node, env):
         head = node.func
         if not (isinstance(head, ast.Subscript) and _dotted(head.value) == "tshared.alloc"):
-            raise self.error(node, f"{ast.unparse(node.func)!r} cannot be called")
+            raise self.error(node, f"{ast.unparse(node.func)!r} cannot be called",
+                             fix="only tshared.alloc[fmt](sizes) is called this way: e.g. tshared.alloc[f16](BM, BK)")
         fmt = self.body_format(head.slice)
         kw = self.kwargs(node, ("swizzle", "pad"))
         shape = tuple(self.const_of(a, env, "a shared-memory size") for a in node.args)
         swizzle = self.const_of(kw["swizzle"], env, "swizzle") if "swizzle" in kw else "none"
         pad = self.const_of(kw["pad"], env, "pad") if "pad" in kw else 0
         if swizzle not in T.SWIZZLES:
-            raise self.error(node, f"swizzle={swizzle!r} is not one of {list(T.SWIZZLES)}")
+            raise self.error(node, f"swizzle={swizzle!r} is not one of {list(T.SWIZZLES)}",
+                             fix=f"pass swizzle= one of {list(T.SWIZZLES)}")
         if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
-            raise self.error(node, f"a shared buffer needs positive constant sizes, got {shape}")
+            raise self.error(node, f"a shared buffer needs positive constant sizes, got {shape}",
+                             fix="pass positive constant ints, e.g. tshared.alloc[f16](64, 32)")
         if isinstance(pad, bool) or not isinstance(pad, int) or pad < 0:
             raise self.error(node, f"pad must be an int >= 0 (elements added to each row), got {pad!r}",
                              fix="pad=1 (or leave it out)")
@@ -656,7 +694,8 @@ class _Lower:
         accum = self.body_format(kw["accum"]) if "accum" in kw else "f32"
         for v in (a, b):
             if not isinstance(v, T.Value) or not isinstance(v.type, TensorType) or v.type.rank != 2:
-                raise self.error(node, "tile.mma multiplies two 2-D shared buffers, views or fragments")
+                raise self.error(node, "tile.mma multiplies two 2-D shared buffers, views or fragments",
+                                 fix="pass 2-D operands: [M, K] and [K, N] shared buffers, views or fragments")
         if len(node.args) > 2:
             acc = self.expr(node.args[2], env)
         if acc is None:
@@ -773,6 +812,19 @@ def _from_function(fn) -> tuple:
     return fndef, fn.__code__.co_filename, fn.__code__.co_firstlineno - 1, constants
 
 
+def _check_source_args(text, name, filename, constants) -> None:
+    """kernel.from_source's arguments have its signature's types (TILE-FE-2)."""
+    for arg, value, want, fix in (
+            ("text", text, str, "pass the kernel's source as a str; kernel.load(path) reads a .tsr file"),
+            ("name", name, (str, type(None)), "pass the kernel's function name as a str, or leave it out"),
+            ("filename", filename, str, "pass the name to show in messages as a str, e.g. 'attention.tsr'")):
+        if not isinstance(value, want):
+            raise KernelError(f"kernel.from_source: {arg} must be a str, got {type(value).__name__}", fix=fix)
+    if constants is not None and (not isinstance(constants, dict) or not all(isinstance(k, str) for k in constants)):
+        raise KernelError(f"kernel.from_source: constants must be a dict of names to values, got {constants!r}",
+                          fix="pass e.g. constants={'BM': 64}")
+
+
 def _decorators(fndef) -> list:
     """The kernel decorators of a DSL function: ``[("kernel", None) | ("autotune", space_node)]``."""
     out = []
@@ -815,6 +867,7 @@ class _KernelDecorator:
                           "no IR", fix=f"call it on a kernel you defined: @kernel def my_kernel(...): ...; then "
                           f"my_kernel.inspect_ir({level!r})")
 
+    @checked_signature
     def from_source(self, text: str, *, name: str | None = None, filename: str = "<tessera>",
                     constants: dict | None = None):
         """The kernel defined in Tessera DSL ``text`` (seed 004's syntax; Python kernels parse too).
@@ -824,19 +877,23 @@ class _KernelDecorator:
         """
         from .dsl import to_python
 
+        _check_source_args(text, name, filename, constants)
         try:
             tree = ast.parse(to_python(text), filename=filename)
         except SyntaxError as exc:
-            raise KernelError(f"the kernel source does not parse: {exc.msg}", location=f"{filename}:{exc.lineno}",
+            raise KernelError(f"the kernel source does not parse: {exc.msg}",
+                              location=f"{filename}:{exc.lineno or 1}",
                               fix="check the line against docs/spec/tiles.md") from None
-        found = [n for n in tree.body if isinstance(n, ast.FunctionDef) and _decorators(n)]
-        if name is not None:
-            found = [n for n in found if n.name == name]
+        except ValueError as exc:  # a NUL character, a lone surrogate
+            raise KernelError(f"the kernel source is not text Python can read: {exc}", location=f"{filename}:1",
+                              fix="pass the kernel's source as plain text (no NUL characters or lone surrogates)") \
+                from None
+        kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and _decorators(n)]
+        found = kernels if name is None else [n for n in kernels if n.name == name]
         if len(found) != 1:
             names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-            kernels = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and _decorators(n)]
             fix = ("write a kernel: a def decorated with @kernel (see docs/spec/tiles.md)" if not kernels else
-                   f"pass name= one of {kernels}" if len(found) > 1 or name is not None else None)
+                   f"pass name= one of {[n.name for n in kernels]}")
             raise KernelError(f"the source holds {len(found)} @kernel function(s) matching {name!r} (functions: {names})",
                               location=f"{filename}:1", fix=fix)
         fndef = found[0]
@@ -848,7 +905,8 @@ class _KernelDecorator:
                     k.arg: ast.literal_eval(k.value) for k in space_node.keywords}
             except ValueError:
                 raise KernelError("kernel.autotune's space must be literal lists",
-                                  location=f"{filename}:{fndef.lineno}") from None
+                                  location=f"{filename}:{fndef.lineno}",
+                                  fix="e.g. @kernel.autotune(space=dict(BM=[128, 256], stages=[2, 3]))") from None
             if not isinstance(space, dict) or not space or not all(isinstance(v, (list, tuple)) and v
                                                                    for v in space.values()):
                 raise KernelError(f"autotune space must be a dict of non-empty lists, got {space!r}",
@@ -858,11 +916,22 @@ class _KernelDecorator:
             return AutotunedKernel(base, space)
         return Kernel(fndef, filename, 0, constants)
 
-    def load(self, path, **kwargs):
-        """The kernel of a ``.tsr`` file (Tessera DSL text)."""
-        path = os.fspath(path)
-        with open(path, encoding="utf-8") as f:
-            return self.from_source(f.read(), filename=path, **kwargs)
+    @checked_signature
+    def load(self, path, *, name: str | None = None, constants: dict | None = None):
+        """The kernel of a ``.tsr`` file (Tessera DSL text, UTF-8)."""
+        try:
+            path = os.fspath(path)
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except TypeError:
+            raise KernelError(f"kernel.load(path) takes a file path (str or os.PathLike), got {type(path).__name__}",
+                              fix="pass the path of a .tsr file; kernel.from_source(text) takes the text itself") \
+                from None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise KernelError(f"kernel.load cannot read {path!r}: {reason}",
+                              fix="pass the path of a readable .tsr file of UTF-8 text") from None
+        return self.from_source(text, name=name, filename=path, constants=constants)
 
     def __repr__(self) -> str:
         return "<tessera kernel decorator>"

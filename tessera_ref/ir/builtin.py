@@ -70,7 +70,7 @@ def _verify_module(op: Operation) -> None:
             continue
         if name in seen:
             raise nested.emit_error(f"redefines symbol {name!r} (first defined at "
-                                    f"{seen[name].location or 'unknown location'})",
+                                    f"{seen[name].where})",
                                     fix="give every function of a module its own name")
         seen[name] = nested
 

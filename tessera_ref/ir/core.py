@@ -5,7 +5,8 @@ The model is MLIR's:
 - An :class:`Operation` has a ``name`` (``"tessera.graph.matmul"``), ``operands`` (values),
   ``results`` (values it defines), ``attributes`` (a dict of attribute values, MLIR's
   properties; see :mod:`tessera_ref.ir.attributes`), ``regions`` and a source
-  ``location`` (``"file:line"`` of the user code that created it, or ``None``).
+  ``location`` (``"file:line"`` of the user code that created it, or ``None``); an op read
+  from text also has a ``text_location`` (``"source:line:column"`` there; not printed).
 - A :class:`Region` is a list of blocks (:class:`Block`); a block has typed arguments and a
   sequence of ops. Tessera IR has structured control flow only: blocks do not branch to
   each other, so a value is visible after its definition in its own block and in the
@@ -125,7 +126,7 @@ class Operation:
     ``parent`` is the block holding the op (``None`` while detached).
     """
 
-    __slots__ = ("name", "operands", "results", "attributes", "regions", "location", "parent",
+    __slots__ = ("name", "operands", "results", "attributes", "regions", "location", "text_location", "parent",
                  "_prev", "_next", "__weakref__")  # weak references: the runtime's compiled programs per function
 
     def __init__(self, name: str, operands=(), result_types=(), attributes: dict | None = None,
@@ -163,6 +164,7 @@ class Operation:
         self.attributes = {} if attributes is None else dict(attributes)
         self.regions = regions
         self.location = location
+        self.text_location = None
         self.parent = None
         self._prev = None
         self._next = None
@@ -244,9 +246,8 @@ class Operation:
             if result._uses:
                 user = next(iter(result._uses))
                 raise IRError(
-                    f"cannot erase '{self.name}' (at {self.location or 'unknown location'}): "
-                    f"result #{result.index} ({result.type}) is still used by '{user.name}' "
-                    f"(at {user.location or 'unknown location'})",
+                    f"cannot erase '{self.name}' (at {self.where}): "
+                    f"result #{result.index} ({result.type}) is still used by '{user.name}' (at {user.where})",
                     fix="replace the uses (replace_all_uses_with) or erase the users first")
         self.detach()
         self._drop_references()
@@ -272,15 +273,22 @@ class Operation:
         Operation.__init__(new, self.name, [mapping.get(v, v) for v in self.operands],
                            [r.type for r in self.results], self.attributes, regions,
                            self.location)
+        new.text_location = self.text_location
         for old, res in zip(self.results, new.results):
             res.name = old.name
             mapping[old] = res
         return new
 
     # -- diagnostics ------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        """Where the op came from, for messages: its ``location``, else ``text_location``
+        (``"source:line:column"`` of the text it was parsed from), else ``"unknown location"``."""
+        return self.location or self.text_location or "unknown location"
+
     def emit_error(self, what: str, fix: str | None = None) -> VerifyError:
-        """A :class:`VerifyError` about this op (carrying its name and location), to raise."""
-        return VerifyError(what, op_name=self.name, location=self.location, fix=fix)
+        """A :class:`VerifyError` about this op (carrying its name and :attr:`where`), to raise."""
+        return VerifyError(what, op_name=self.name, location=self.where, fix=fix)
 
     def __str__(self) -> str:
         from .printer import print_op
@@ -288,7 +296,7 @@ class Operation:
         return print_op(self)
 
     def __repr__(self) -> str:
-        return f"<Operation '{self.name}' at {self.location or 'unknown location'}>"
+        return f"<Operation '{self.name}' at {self.where}>"
 
 
 class Block:
@@ -458,7 +466,7 @@ def check_nesting(op: Operation) -> None:
     while stack:
         current, depth = stack.pop()
         if current.regions and depth >= MAX_NESTING:
-            raise IRError(too_deep(f"regions of '{current.name}' (at {current.location or 'unknown location'}) are"),
+            raise IRError(too_deep(f"regions of '{current.name}' (at {current.where}) are"),
                           fix="flatten the program: move deep bodies into functions of their own")
         for region in current.regions:
             for block in region.blocks:

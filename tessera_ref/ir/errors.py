@@ -56,7 +56,8 @@ class VerifyError(IRError):
     """IR that violates a structural rule or an op's verification rule.
 
     ``op_name`` is the offending op's name and ``detail`` the rule it breaks; the location
-    is that op's source location (``"unknown location"`` when the op carries none).
+    is that op's source location, else its position in the text it was parsed from
+    (``Operation.where``; ``"unknown location"`` when the op carries neither).
     """
 
     def __init__(self, what: str, *, op_name: str, location: str | None, fix: str | None = None):

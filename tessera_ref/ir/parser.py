@@ -30,7 +30,7 @@ from .core import MODULE, Block, Module, Operation, Region
 from .errors import MAX_NESTING, IRError, IRParseError, too_deep
 from .registry import op_info
 from .layout import ShardLayout
-from .types import ELEMENT_KINDS, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
+from .types import ELEMENT_KINDS, MAX_DIM, POLICY_FIELDS, SYMBOL_RE, FunctionType, IndexType, ScalarType, TensorType, default_policy
 
 __all__ = ["parse_module", "parse_type", "parse_attribute"]
 
@@ -125,6 +125,7 @@ class _Parser:
         self.signatures: dict = {}
         self.attr_dicts: dict = {}
         self.depth = {"regions": 0, "attributes": 0}  # current nesting (MAX_NESTING bounds both)
+        self.counted = (0, 1)  # (offset, its line): ops are read in text order, so lines are counted once
 
     # -- diagnostics ------------------------------------------------------------------
     def line_column(self, pos: int) -> tuple[int, int]:
@@ -152,6 +153,15 @@ class _Parser:
     def where(self, pos: int) -> str:
         line, column = self.line_column(pos)
         return f"{line}:{column}"
+
+    def text_location(self, pos: int) -> str:
+        """``"source:line:column"`` of offset ``pos``, at or after the last one asked for (ops
+        start in text order)."""
+        offset, line = self.counted
+        line += self.text.count("\n", offset, pos)
+        self.counted = (pos, line)
+        column = pos - self.text.rfind("\n", 0, pos)
+        return f"{self.source}:{line}:{column}"
 
     # -- tokens -----------------------------------------------------------------------
     def ws(self) -> None:
@@ -257,6 +267,7 @@ class _Parser:
     def op(self, top: bool = False) -> Operation:
         text = self.text
         start = self.pos
+        text_location = self.text_location(start)
         results = []
         if text.startswith("%", start):
             while True:
@@ -330,6 +341,7 @@ class _Parser:
                 op = Operation(name, values, outputs, attributes, regions, location)
         except IRError as exc:
             raise self.error(exc.what, name_pos, fix=exc.fix) from None
+        op.text_location = text_location
         for (result_name, pos), value in zip(results, op.results):
             self.define(result_name, value, pos)
         return op
@@ -481,10 +493,12 @@ class _Parser:
             c = self.peek()
             if c.isdigit():
                 digits = self.match(_DIGITS, "a dimension").group()
-                try:
-                    shape.append(int(digits))
-                except ValueError:
-                    raise self.error("dimension too large", self.pos - len(digits)) from None
+                significant = digits.lstrip("0") or "0"
+                if len(significant) > len(str(MAX_DIM)) or int(significant) > MAX_DIM:
+                    shown = digits if len(digits) <= 40 else f"{digits[:20]}...({len(digits)} digits)"
+                    raise self.error(f"dimension {shown} does not fit an int64 index (at most 2^63 - 1 = {MAX_DIM})",
+                                     self.pos - len(digits), fix="use a smaller size, or a symbolic dimension [N]")
+                shape.append(int(significant))
             elif c == "[":
                 self.pos += 1
                 shape.append(self.match(SYMBOL_RE, "a symbolic dimension name [A-Za-z_][A-Za-z0-9_]*").group())

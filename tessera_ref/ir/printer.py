@@ -165,7 +165,7 @@ class _Printer:
             try:
                 out.append(" {" + _format_entries(op.attributes) + "}")
             except IRError as exc:
-                raise IRError(f"cannot print '{op.name}' (at {op.location or 'unknown location'}): "
+                raise IRError(f"cannot print '{op.name}' (at {op.where}): "
                               f"{exc.what}", fix=exc.fix) from None
         out.append(" : ")
         out.append(format_signature([v.type for v in op.operands], [r.type for r in op.results]))

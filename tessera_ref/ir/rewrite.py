@@ -88,7 +88,7 @@ class PatternRewriter(Builder):
             if result.has_uses:
                 user = result.users[0]
                 raise RewriteError(f"cannot erase '{op.name}': result #{result.index} ({result.type}) is "
-                                   f"still used by '{user.name}' (at {user.location or 'unknown location'})",
+                                   f"still used by '{user.name}' (at {user.where})",
                                    fix="replace the uses first (replace_op / replace_all_uses_with)")
         for nested in op.walk():
             for value in nested.operands:
@@ -164,7 +164,7 @@ def apply_patterns_greedily(root: Operation, patterns, *, max_iterations: int = 
                     matched = pattern.match_and_rewrite(op, rewriter)
                 except RewriteError as exc:
                     raise RewriteError(f"pattern {type(pattern).__name__} on '{op.name}' (at "
-                                       f"{op.location or 'unknown location'}): {exc.what}",
+                                       f"{op.where}): {exc.what}",
                                        fix=exc.fix) from None
                 if matched:
                     applied += 1

@@ -20,7 +20,8 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
     results       ::= "(" type-list? ")" | type      (a lone type that is not a function type)
 
 - A shape is written MLIR-style, dimensions joined by ``x`` with no spaces:
-  ``tensor<128x64xbf16>``; rank 0 is ``tensor<f32>``.
+  ``tensor<128x64xbf16>``; rank 0 is ``tensor<f32>``. A dimension, and the product of the
+  integer dimensions, is at most :data:`MAX_DIM` = 2^63 − 1 (an int64 index; GRAPH-TYPE-1).
 - A symbolic dimension is its name in square brackets: ``tensor<[B]x[seq]x64xf32>``. The
   brackets keep names unambiguous whatever letters they contain (``[max_x]``, ``[f32]``).
 - A policy equal to the storage format's default (``Policy(fmt)``: accum f32 for storage
@@ -47,6 +48,7 @@ written after the element: ``tensor<576x1152xf32, #shard<[dp, tp]>>``,
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -58,11 +60,14 @@ from ..numerics import Policy, as_policy, get_format
 from .errors import IRError
 from .layout import ShardLayout
 
-__all__ = ["Type", "TensorType", "ElementKind", "element_arg", "BOOL", "INDEX", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
+__all__ = ["Type", "TensorType", "MAX_DIM", "ElementKind", "element_arg", "BOOL", "INDEX", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
            "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
 
 #: Policy fields written in ``#policy<...>``, in printing order.
 POLICY_FIELDS = ("accum", "rounding", "overflow", "scaling", "reduction", "tc")
+
+#: The largest tensor dimension and element count: an index the targets hold in an int64 (GRAPH-TYPE-1).
+MAX_DIM = 2 ** 63 - 1
 
 #: A symbolic dimension name.
 SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -174,9 +179,15 @@ class TensorType(Type):
                               fix="write sizes as ints and symbolic sizes as names, e.g. ('B', 64)")
             if isinstance(dim, int) and dim < 0:
                 raise IRError(f"a tensor dimension cannot be negative ({dim})", fix="use a size >= 0")
+            if isinstance(dim, int) and dim > MAX_DIM:
+                raise IRError(f"a tensor dimension of {dim} does not fit an int64 index (at most 2^63 - 1 = {MAX_DIM})",
+                              fix="use a smaller size, or a symbolic dimension")
             if isinstance(dim, str) and not SYMBOL_RE.fullmatch(dim):
                 raise IRError(f"symbolic dimension {dim!r} is not a name [A-Za-z_][A-Za-z0-9_]*",
                               fix="use ASCII names like 'B', 'seq', 'd_model'")
+        if math.prod(d for d in shape if isinstance(d, int)) > MAX_DIM:
+            raise IRError(f"a tensor of shape {shape} has more than 2^63 - 1 elements, which no int64 index reaches",
+                          fix="use smaller sizes, or symbolic dimensions")
         policy = element_arg(self.policy, "the element of a tensor type")
         layout = self.layout
         if layout is not None:

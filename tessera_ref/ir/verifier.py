@@ -42,10 +42,10 @@ def verify(op: Operation) -> None:
 def _describe(value) -> str:
     if isinstance(value, BlockArgument):
         owner = value.block.parent_op
-        where = f"'{owner.name}' (at {owner.location or 'unknown location'})" if owner else "a detached block"
+        where = f"'{owner.name}' (at {owner.where})" if owner else "a detached block"
         return f"argument #{value.index} of a block of {where}"
     op = value.op
-    return f"result #{value.index} of '{op.name}' (at {op.location or 'unknown location'})"
+    return f"result #{value.index} of '{op.name}' (at {op.where})"
 
 
 def _attached_to(value):

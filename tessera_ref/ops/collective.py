@@ -73,10 +73,25 @@ def _all_reduce_infer(attrs, x):
     return x.with_layout(lay.replace(partial=tuple(a for a in lay.partial if a not in pending)))
 
 
+def scatter_conflict(x: TensorType, axis: str, dim: int) -> tuple | None:
+    """``(what, fix)`` when ``x`` is already split over ``axis`` along another dimension than
+    ``dim``, the one a reduce_scatter is asked to split (MESH-COLL-8); else ``None``."""
+    split = x.layout.dim_of(axis) if x.layout is not None else None
+    if split is None or split == dim:
+        return None
+    return (f"reduce_scatter over {axis!r} along dim {dim}: {x} is not a partial sum but already split over "
+            f"{axis!r} along dimension {split}, so it cannot be split along dimension {dim}",
+            f"leave dim out (or pass dim={split}) to keep it as it is, or all_gather(x, axis={axis!r}) first "
+            f"to split dimension {dim}")
+
+
 def _reduce_scatter_infer(attrs, x):
     lay = _sharded("reduce_scatter", x).layout
     axis, dim = attrs["axis"], _dim("reduce_scatter", x, attrs["dim"])
     if axis in lay.split_axes:
+        conflict = scatter_conflict(x, axis, dim)
+        if conflict is not None:
+            raise LayoutError(conflict[0], fix=conflict[1])
         return x  # not a partial sum: already split over the axis (a CollectiveWarning when run)
     reduced = _all_reduce_infer({"axis": (axis,), "op": attrs["op"]}, x).layout
     return x.with_layout(reduced.replace(dims=tuple(d + (axis,) if i == dim else d for i, d in enumerate(reduced.dims))))
@@ -274,11 +289,14 @@ SHARD_SLICE = _define("shard_slice", _shard_slice_infer, "MESH-REDIST-1",
                        "dim": Attr(check=check_int, doc="the dimension each device keeps a block of")})
 
 
-def _first_whole(x, axis) -> int:
+def _scatter_default(x, axis) -> int:
+    """reduce_scatter's default ``dim``: the dimension already split over ``axis`` (the tensor is
+    then returned unchanged, MESH-COLL-8), else the first whole one."""
     lay = getattr(x.type, "layout", None)
     if lay is None:
         return 0
-    return next((d for d, axes in enumerate(lay.dims) if not axes), 0)
+    split = lay.dim_of(axis) if isinstance(axis, str) else None
+    return split if split is not None else next((d for d, axes in enumerate(lay.dims) if not axes), 0)
 
 
 def all_reduce(x, axis, op: str = "sum"):
@@ -288,8 +306,9 @@ def all_reduce(x, axis, op: str = "sum"):
 
 def reduce_scatter(x, axis, dim=None, op: str = "sum"):
     """Carry out the pending reduction over ``axis`` and split ``dim`` over it (MESH-COLL-2);
-    ``dim`` defaults to the first dimension that is whole."""
-    return bind(REDUCE_SCATTER, x, axis=axis, dim=_first_whole(x, axis) if dim is None else dim, op=op)
+    ``dim`` defaults to the first dimension that is whole (to the split one of a tensor already
+    split over ``axis``, which is returned unchanged: MESH-COLL-8)."""
+    return bind(REDUCE_SCATTER, x, axis=axis, dim=_scatter_default(x, axis) if dim is None else dim, op=op)
 
 
 def all_gather(x, axis):

@@ -12,7 +12,7 @@ import contextlib
 
 from ..context import LAST_MACHINE, MACHINES, PAUSED, scoped
 from ..errors import SimError
-from .machine import Machine
+from .machine import MAX_EVENTS, Machine
 
 __all__ = ["use", "current", "paused", "is_paused", "report", "machine", "last_used"]
 
@@ -63,10 +63,13 @@ def report(top: int = 10) -> str:
     return text
 
 
-def machine(preset="GB200-NVL72", devices=None, launch_overhead: float = 0.0, overlap: bool = False) -> Machine:
+def machine(preset="GB200-NVL72", devices=None, launch_overhead: float = 0.0, overlap: bool = False,
+            max_events: int = MAX_EVENTS) -> Machine:
     """A :class:`Machine` of ``preset`` with ``devices`` GPUs: a count, a sequence of device
-    names (ints ``i`` name ``cuda:i``), or None for one NVLink domain of the preset."""
+    names (ints ``i`` name ``cuda:i``), or None for one NVLink domain of the preset; its
+    timeline holds at most ``max_events`` events and memory samples (SIM-TL-9)."""
+    options = dict(launch_overhead=launch_overhead, overlap=overlap, max_events=max_events)
     if devices is None or isinstance(devices, int):
-        return Machine(preset, devices, launch_overhead=launch_overhead, overlap=overlap)
+        return Machine(preset, devices, **options)
     names = [f"cuda:{d}" if isinstance(d, int) else d for d in devices]
-    return Machine(preset, len(names), names, launch_overhead=launch_overhead, overlap=overlap)
+    return Machine(preset, len(names), names, **options)

@@ -25,7 +25,11 @@ from .schedule import Scheduler
 from .trace import chrome_trace
 from .units import device_ranges
 
-__all__ = ["Machine"]
+__all__ = ["Machine", "MAX_EVENTS"]
+
+#: The default bound on a machine's timeline: events and memory samples together (SIM-TL-9).
+#: Each costs a few hundred bytes of host memory with both schedules kept (under 1 KiB).
+MAX_EVENTS = 1_000_000
 
 
 class Machine:
@@ -46,10 +50,13 @@ class Machine:
     ``efficiency=True`` charges compute at the achievable fractions of peak the preset states
     per op class (SIM-ROOF-3; presets that state none are pure roofline either way);
     ``efficiency=False`` is pure roofline on every preset.
+
+    The timeline holds at most ``max_events`` events and memory samples (SIM-TL-9): a record
+    that would pass the bound is a :class:`~tessera_ref.errors.SimError` before any of it is kept.
     """
 
     def __init__(self, preset="GB200-NVL72", n_devices=None, device_names=None, launch_overhead: float = 0.0,
-                 overlap: bool = False, efficiency: bool = True):
+                 overlap: bool = False, efficiency: bool = True, max_events: int = MAX_EVENTS):
         self.preset = get_preset(preset)
         n = self.preset.devices_per_domain if n_devices is None else n_devices
         self.device_names = _device_names(n, device_names)
@@ -65,6 +72,10 @@ class Machine:
             raise SimError(f"efficiency must be True or False, got {efficiency!r}",
                            fix="pass efficiency=False for pure roofline times")
         self.efficiency = efficiency
+        if isinstance(max_events, bool) or not isinstance(max_events, numbers.Integral) or max_events < 1:
+            raise SimError(f"max_events must be an int >= 1, got {max_events!r}",
+                           fix=f"pass e.g. max_events=10_000_000, or leave it out (default {MAX_EVENTS:,})")
+        self.max_events = int(max_events)
         self.memory = MemoryAccountant(self.preset.hbm_capacity, self.device_names)
         # the schedule shown (the flag's) first, the other one kept for its step time
         self._schedules = (Scheduler(len(self.device_names), overlap), Scheduler(len(self.device_names), not overlap))
@@ -120,12 +131,13 @@ class Machine:
     def alloc(self, device, nbytes: int, name: str, location: str | None = None) -> Allocation:
         """Charge ``nbytes`` of tensor ``name`` to ``device`` (SIM-MEM-1 … SIM-MEM-3); returns
         the handle to :meth:`free`."""
+        self._room(1, f"allocating {name!r}")
         handle = self.memory.alloc(device, nbytes, name, location if location is not None else user_location())
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
         return handle
 
     def free(self, handle: Allocation) -> None:
-        """Give back the bytes of ``handle``."""
+        """Give back the bytes of ``handle`` (always recorded: it ends an allocation the bound let in)."""
         self.memory.free(handle)
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
 
@@ -142,6 +154,7 @@ class Machine:
         r = roofline(cost, dtype, self.preset, self.launch_overhead, str(name) if self.efficiency else None)
         args = {"flops": cost[0], "bytes": cost[1], "dtype": r.peak_key, "bound": r.bound,
                 "location": location if location is not None else user_location()}
+        self._room(len(indices), f"the op {name!r}")
         for schedule in self._schedules:
             for d in indices:
                 start = schedule.earliest(d, "compute", 0, reads)
@@ -162,6 +175,7 @@ class Machine:
         costs = [collective_cost(kind, g, nbytes, self.preset, algorithm) for g in groups]
         location = location if location is not None else user_location()
         label = f"{kind}[{axis}]" if axis else kind
+        self._room(sum(len(g) for g, c in zip(groups, costs) if c.ranks >= 2), f"the {label}")
         call = self._next_call()
         for schedule in self._schedules:
             lane = schedule.lane(axis)
@@ -204,6 +218,7 @@ class Machine:
         costs = [collective_cost("send", (s, t), nbytes, self.preset) for s, t in zip(srcs, dsts)]
         location = location if location is not None else user_location()
         label = f"{name}[{axis}]" if axis else name
+        self._room(len(set(srcs) | set(dsts)), f"the {label}")
         call = self._next_call()
         for schedule in self._schedules:
             lane = schedule.lane(axis)
@@ -243,6 +258,16 @@ class Machine:
                                f"got {values!r}", fix=f"pass e.g. {role}=(1, 2), or leave it out") from None
             out.append(values)
         return tuple(out)
+
+    def _room(self, count: int, what: str) -> None:
+        """Refuse a record of ``count`` entries that would pass ``max_events`` (SIM-TL-9)."""
+        held = len(self.timeline.events) + len(self.timeline.memory_samples)
+        if held + count > self.max_events:
+            raise SimError(
+                f"the simulated machine's timeline is full: it holds {held:,} events and memory samples of "
+                f"max_events={self.max_events:,} (each under 1 KiB of host memory), and {what} would add "
+                f"{count:,} more", fix="simulate fewer steps on one machine (a new sim.machine(...) for each step "
+                "keeps each step's report), or pass a larger max_events= to sim.machine")
 
     def _next_call(self) -> int:
         self._calls += 1

@@ -7,8 +7,9 @@ import tracemalloc
 
 import pytest
 
-from tessera_ref.ir import Block, IRError, IRParseError, Module, Operation, Region, parse_module, verify
+from tessera_ref.ir import Block, IRError, IRParseError, Module, Operation, Region, parse_module, parse_type, verify
 from tessera_ref.ir.errors import MAX_NESTING
+from tessera_ref.ir.types import MAX_DIM, TensorType
 
 
 def _nested_regions(depth: int) -> Module:
@@ -89,3 +90,18 @@ def test_comments_are_skipped_in_memory_that_does_not_grow_with_their_number():
 
     small, large = peak(10_000), peak(200_000)
     assert large < 2 * small + 100_000  # the old regex kept state per comment line: ~20x growth
+
+
+def test_a_dimension_or_element_count_past_int64_is_refused_and_int64_max_is_not():
+    """Issue 31: a 20-digit dimension passed the parser, the verifier and the CUDA renderer
+    (``long v5 = 399999999999999999996;``); now the type itself refuses it (GRAPH-TYPE-1)."""
+    largest = TensorType((MAX_DIM,), "f32")
+    assert MAX_DIM == 9223372036854775807 and parse_type(str(largest)) == largest
+    for shape in [(MAX_DIM + 1,), (399999999999999999996, 4), (2 ** 32, 2 ** 32), (3, MAX_DIM)]:
+        with pytest.raises(IRError, match="int64"):
+            TensorType(shape, "f32")
+    assert TensorType(("B", MAX_DIM), "f32").shape == ("B", MAX_DIM)  # a symbolic size is not counted
+    with pytest.raises(IRParseError, match="does not fit an int64") as info:
+        parse_type("tensor<00000000000000000000000000001x" + "9" * 5000 + "xf32>")
+    assert (info.value.line, info.value.column) == (1, 38)
+    assert parse_type("tensor<0009223372036854775807xf32>") == largest

@@ -117,6 +117,25 @@ def test_hook_errors_survive_a_text_round_trip_with_their_location():
     assert err.location == "model.py:42" and err.op_name == "test.add"
 
 
+def test_ir_read_from_text_without_locations_is_verified_at_its_text_line_and_column():
+    """Issue 31: IR parsed from text verified "at unknown location" though the parser knew the
+    line and column; every parsed op keeps them (not printed, kept by clone), and a loc() wins."""
+    module, b, (x, y) = new_module(arg_types=(F32, BF16))
+    finish(b, b.create("test.add", [x, y], [F32]).result)
+    text = str(module)
+    parsed = parse_module(text, "model.mlir")
+    line = next(i for i, t in enumerate(text.splitlines(), 1) if '"test.add"' in t)
+    column = text.splitlines()[line - 1].index("%") + 1
+    err = verify_error(parsed)
+    assert err.location == f"model.mlir:{line}:{column}" and str(err).endswith(
+        f"[at model.mlir:{line}:{column}]. Fix: convert the operands to a common type first")
+    assert verify_error(parsed.clone()).location == err.location and str(parsed) == text
+    with_loc = parse_module(text.replace('-> tensor<4xf32>\n', '-> tensor<4xf32> loc("model.py":7:0)\n', 1))
+    assert verify_error(with_loc).location == "model.py:7"
+    assert repr(next(op for op in parsed.walk() if op.name == "test.add")) == \
+        f"<Operation 'test.add' at model.mlir:{line}:{column}>"
+
+
 def test_terminator_must_be_last():
     module, b, (x,) = new_module()
     finish(b, x)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mesh_reference import expected_shard, fold_f32, same_bits
+import tessera_ref as tr
 from tessera_ref import dist
 from tessera_ref.errors import CollectiveError, CollectiveWarning, LayoutError, TesseraError
 from tessera_ref.runner import run_path
@@ -277,6 +278,26 @@ def test_all_reduce_of_a_replicated_tensor_warns_and_keeps_the_value():
     assert same_bits(z.numpy(), g) and z.layout == x.layout
     with pytest.warns(CollectiveWarning):
         dist.all_gather(x, "dp")
+
+
+def test_reduce_scatter_of_an_already_split_tensor_checks_dim():
+    """Issue 31: reduce_scatter(dim=7) of a tensor already split over the axis only warned and
+    never looked at dim; a dim that is not a dimension, or not the split one, is an error."""
+    x = dist.tensor((6, 4), S(("row",), ("tp",)), mesh23(), data=np.ones((6, 4), np.float32))
+    with pytest.raises(CollectiveError, match=r"reduce_scatter: dim=7 is not a dimension of tensor<6x4xf32") as info:
+        dist.reduce_scatter(x, "tp", dim=7)
+    assert info.value.fix == "use 0..1"
+    with pytest.raises(CollectiveError, match="already split over 'tp' along dimension 0, so it cannot be split "
+                                              "along dimension 1") as info:
+        dist.reduce_scatter(x, "tp", dim=-1)
+    assert "all_gather(x, axis='tp')" in info.value.fix
+    with pytest.raises(LayoutError, match="so it cannot be split along dimension 1"):  # traced: the type rule
+        tr.jit(lambda x: dist.reduce_scatter(x, "tp", dim=1))(x)
+    for dim in (None, 0, -2):
+        with pytest.warns(CollectiveWarning, match="already split"):
+            assert dist.reduce_scatter(x, "tp", dim=dim) is x
+    with pytest.warns(CollectiveWarning, match="already split"):
+        assert tr.jit(lambda x: dist.reduce_scatter(x, "tp"))(x).layout == x.layout
 
 
 def test_misuse_errors():

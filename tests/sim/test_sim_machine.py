@@ -1,7 +1,9 @@
 """The machine: timeline and synchronization, the Chrome trace, the report, the current
-machine (SIM-TL-1 … SIM-TL-4, SIM-TRACE-1, SIM-REPORT-1, SIM-ACT-1)."""
+machine, the bound on its timeline (SIM-TL-1 … SIM-TL-4, SIM-TL-9, SIM-TRACE-1, SIM-REPORT-1,
+SIM-ACT-1)."""
 import json
 import re
+import tracemalloc
 import warnings
 from collections import defaultdict
 
@@ -9,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessera_ref import sim
+from tessera_ref import dist, sim
 from tessera_ref.errors import MemoryWarning, OutOfMemoryError, SimError
 from tessera_ref.context import LAST_MACHINE, MACHINES, PAUSED, scoped
 from tessera_ref.sim import Machine
+from tessera_ref.sim.machine import MAX_EVENTS
 
 BF16_1MS = (989.5e9, 0)  # 1 ms of bf16 tensor-core work on an H100
 
@@ -270,3 +273,73 @@ def test_bad_machines():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert repr(Machine("H100", 3)) == "Machine('H100', 3 devices)"
+
+
+# -- a bounded timeline (SIM-TL-9) ------------------------------------------------------------------
+
+def test_a_run_that_would_pass_max_events_is_refused_before_anything_is_recorded():
+    """Issue 31: the timeline grew without bound (~4.8 KiB per all_gather). A loop of
+    all_gathers under a machine of max_events=100 ends in a SimError; the machine holds at
+    most 100 entries and still reports."""
+    machine = sim.machine("H100", devices=9, max_events=100)
+    mesh = dist.Mesh(("tp",), range(9), (9,))
+    with sim.use(machine):
+        x = dist.tensor((9, 4), dist.ShardSpec(("row",), ("tp",)), mesh, dtype="f32")
+        with pytest.raises(SimError, match=r"timeline is full: it holds \d+ events and memory samples of "
+                                           r"max_events=100 \(each under 1 KiB of host memory\)") as info:
+            for _ in range(100):
+                dist.all_gather(x, axis="tp")
+                held = len(machine.timeline.events) + len(machine.timeline.memory_samples)
+    assert "a new sim.machine(...) for each step" in info.value.fix and "max_events=" in info.value.fix
+    assert 80 < held <= 100 and "all_gather x" in machine.report()
+
+
+def test_a_refused_record_leaves_the_machine_as_it_was():
+    """Each record is checked whole before any of it is kept (SIM-TL-9): a collective of 9
+    events on a machine holding 92 of max_events=100 is refused, the next compute op of 8 is
+    not."""
+    m = Machine("H100", 9, max_events=100)
+    groups = [tuple(range(9))]
+    for _ in range(10):
+        m.record_collective("all_gather", groups, 1024, axis="tp")
+    m.record_compute([0, 1], "matmul", BF16_1MS, "bf16")
+    held = (len(m.timeline.events), len(m.timeline_of(True).events), m.step_time, m.report())
+    with pytest.raises(SimError, match=r"it holds 92 events .* and the all_gather\[tp\] would add 9 more"):
+        m.record_collective("all_gather", groups, 1024, axis="tp")
+    assert (len(m.timeline.events), len(m.timeline_of(True).events), m.step_time, m.report()) == held
+    with pytest.raises(SimError, match="the send/recv would add 9 more"):
+        m.record_transfer(list(range(9)), [(d + 1) % 9 for d in range(9)], 1024)
+    m.record_compute(list(range(8)), "matmul", BF16_1MS, "bf16")
+    with pytest.raises(SimError, match="the op 'matmul' would add 1 more"):
+        m.record_compute(0, "matmul", BF16_1MS, "bf16")
+    with pytest.raises(SimError, match="allocating 'w' would add 1 more"):
+        m.alloc(0, 1024, "w")
+    small = Machine("H100", 2, max_events=1)
+    handle = small.alloc(0, 1024, "w")
+    small.free(handle)  # always recorded: it ends an allocation the bound let in
+    assert len(small.timeline.memory_samples) == 2 and small.memory.live(0) == 0
+
+
+def test_max_events_bounds_the_host_memory_of_a_machine():
+    """A machine at its bound holds under 1 KiB per entry (SIM-TL-9; about 310 B measured here)."""
+    mesh = dist.Mesh(("tp",), range(72), (72,))
+    tracemalloc.start()
+    try:
+        machine = sim.machine("GB200-NVL72", devices=72, max_events=20_000)
+        with sim.use(machine):
+            x = dist.tensor((72, 4), dist.ShardSpec(("row",), ("tp",)), mesh, dtype="f32")
+            with pytest.raises(SimError, match="timeline is full"):
+                while True:
+                    dist.all_gather(x, axis="tp")
+        used = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert 20_000 - 72 < len(machine.timeline.events) + len(machine.timeline.memory_samples) <= 20_000
+    assert used < 20_000 * 1024, f"{used / 20_000:.0f} B per entry"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "many", None])
+def test_max_events_must_be_a_positive_int(bad):
+    with pytest.raises(SimError, match="max_events must be an int >= 1"):
+        sim.machine("H100", max_events=bad)
+    assert sim.machine("H100").max_events == MAX_EVENTS == 1_000_000

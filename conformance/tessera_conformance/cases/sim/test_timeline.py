@@ -1,5 +1,6 @@
-"""SIM-TL-1 … SIM-TL-4: devices and streams, program order, collectives synchronizing their
-group, point-to-point transfers — the timeline of a program run on the backend."""
+"""SIM-TL-1 … SIM-TL-4, SIM-TL-9: devices and streams, program order, collectives
+synchronizing their group, point-to-point transfers, the bound on what a timeline holds — the
+timeline of a program run on the backend."""
 import pytest
 
 from tessera_ref import dist, op, sim
@@ -142,3 +143,26 @@ def test_a_device_is_busy_from_its_first_message_to_its_last(backend):
     t = formula("send", "direct", 2, 10 ** 6, 1e-6, 450e9)[0]
     (e1,) = [e for e in m.timeline.events if e.device == 1]
     assert e1.start == 0.0 and e1.duration == pytest.approx(1e-3 + t, rel=1e-9)
+
+
+@clause("SIM-TL-9")
+def test_a_timeline_holds_at_most_max_events(backend):
+    """A program that records more than ``max_events`` events and memory samples stops with a
+    SimError at the record that would pass the bound; nothing of that record is kept, and what
+    was recorded before still reports."""
+    mesh = mesh_of((4,))
+    m = sim.machine("H100", devices=4, max_events=60)
+    held = []
+
+    def program():
+        x = dist.tensor((8, 4), S(("row",), (AXES[0],)), mesh, dtype="f32")
+        while True:
+            held.append((len(m.timeline.events), len(m.timeline.memory_samples), m.step_time))
+            dist.all_gather(x, axis=AXES[0])
+
+    with pytest.raises(SimError, match="timeline is full") as info:
+        run_on(backend, m, program)
+    events, samples, step = held[-1]  # before the refused all_gather, whose 4 events would pass 60
+    assert "max_events" in info.value.fix and events + samples + 4 > 60 and events <= 60
+    assert len(m.timeline.events) == events and m.step_time == step
+    assert sim.Machine("H100", 4).max_events == 1_000_000
