@@ -8,7 +8,7 @@ import pytest
 from tessera_ref import backends, dist
 from tessera_ref.errors import BackendError, CollectiveWarning
 from tessera_ref.numerics import as_policy
-from tessera_conformance import assert_bits, clause, eager
+from tessera_conformance import assert_bits, clause, communicator, eager
 
 from ..mesh._reference import fold
 from ._reference import Spy, wide
@@ -18,7 +18,7 @@ MESH = dist.Mesh(("dp", "tp", "pp"), range(12), (2, 3, 2))
 
 
 def _comm(backend):
-    return backends.get(backend).communicator(MESH)
+    return communicator(backend, MESH)
 
 
 def _call(fn):
@@ -137,3 +137,18 @@ def test_the_semantics_are_dists_on_every_backend(backend):
         got = eager(spy, lambda: dist.all_reduce(replicated, "tp"))
     assert_bits(got, g)
     assert spy.counts["reduce"] == 0
+
+
+@pytest.mark.parametrize("axis", ["tp", "dp"])
+@clause("BACKEND-COMM-1", "MESH-COLL-2")
+def test_reduce_scatter_pads_the_last_blocks_with_zeros(backend, axis):
+    """``reduce_scatter`` of a dimension ``p`` does not divide: each device keeps its block of
+    ``ceil(n/p)`` rows of the rank-order fold; the rows past the end are +0 (bits 0)."""
+    x = _stacked(175, (7, 3))
+    got = np.asarray(_call(lambda: _comm(backend).reduce_scatter(x, axis, 0, "sum", as_policy("f32"))))
+    i, p = MESH.axis_index(axis), MESH.shape[MESH.axis_index(axis)]
+    folded = fold(list(_ranks(x, (axis,))[0]))  # [the other mesh axes..., 7, 3]
+    block = -(-7 // p)
+    padded = np.concatenate([folded, np.zeros(folded.shape[:-2] + (block * p - 7, 3), np.float32)], axis=-2)
+    want = np.moveaxis(padded.reshape(folded.shape[:-2] + (p, block, 3)), -3, i)
+    assert_bits(got, want, f"the blocks over {axis} (padding rows +0)")

@@ -38,9 +38,9 @@ def launch_module(backend, module, buffers, *, grid=1, lanes=32, **options):
 
 
 def part(backend, report, name: str):
-    """``report.<name>`` (findings, counters, coverage, roofline, grid ...); n/a on a backend
-    whose launch reports do not have it (BACKEND-LAUNCH-1: a GPU has no race checker), but the
-    oracle's must."""
+    """``report.<name>`` (counters, coverage, roofline, grid ...); n/a on a backend whose launch
+    reports do not have it (BACKEND-LAUNCH-1: a GPU counts nothing), but the oracle's must.
+    Findings are :func:`findings`'."""
     got = getattr(report, name, None)
     if got is None:
         assert backend != ORACLE, f"the oracle's launch report has no {name}"
@@ -59,8 +59,14 @@ def semantic_checks(backend, report) -> None:
 
 
 def findings(backend, report) -> list:
-    """The report's checker findings (see :func:`part`)."""
-    return list(part(backend, report, "findings"))
+    """The report's checker findings: n/a where the report says ``checks=False`` whatever else
+    it holds (:func:`semantic_checks`); a report that neither says so nor lists findings
+    ignored the checks silently, which fails (BACKEND-LAUNCH-1)."""
+    semantic_checks(backend, report)
+    got = getattr(report, "findings", None)
+    assert got is not None, (f"{backend}'s launch report neither lists findings nor says checks=False "
+                             f"(BACKEND-LAUNCH-1): {report!r}")
+    return list(got)
 
 
 def counters(backend, report):
