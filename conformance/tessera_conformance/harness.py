@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tessera_ref import backends, jit
-from tessera_ref.errors import BackendError
+from tessera_ref.errors import BackendError, BackendFinding
 
 __all__ = ["ORACLE", "clause", "oracle_only", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
            "assert_close", "not_applicable", "unsupported", "communicator", "golden", "GOLDEN"]
@@ -53,7 +53,11 @@ def not_applicable(reason: str):
 
 
 def unsupported(backend, exc: BackendError, what: str = "the program"):
-    """Skip the case: ``backend`` refused ``what`` with ``exc`` (BACKEND-ERR-1)."""
+    """Skip the case: ``backend`` refused ``what`` with ``exc`` (BACKEND-ERR-1). A
+    :class:`~tessera_ref.errors.BackendFinding` — a bug the backend's own checks found in what
+    it ran — is no refusal: it is raised again, and the case fails."""
+    if isinstance(exc, BackendFinding):
+        raise exc
     pytest.skip(f"{UNSUPPORTED} {backend} refuses {what}: {exc.what}")
 
 

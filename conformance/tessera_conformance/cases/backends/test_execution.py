@@ -66,7 +66,7 @@ def test_run_op_returns_the_oracles_bits(backend, fmt):
         try:
             got = be.run_op(call, *operands)
         except BackendError as exc:
-            pytest.skip(f"unsupported: {backend} refuses {call.primitive.name}: {exc.what}")
+            unsupported(backend, exc, call.primitive.name)
         want = oracle.run_op(call, *operands)
         assert isinstance(got, tuple) and len(got) == len(call.out_types)
         for g, t in zip(got, call.out_types):
@@ -207,7 +207,7 @@ def _on(backend, fn):
         with backends.use(backend):
             return fn()
     except BackendError as exc:
-        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
 
 
 @clause("BACKEND-PROGRAM-1")
