@@ -28,6 +28,12 @@ CLAUSES: contextvars.ContextVar = contextvars.ContextVar("tessera_conformance_cl
 _INPUTS: contextvars.ContextVar = contextvars.ContextVar("tessera_conformance_inputs", default=())
 
 
+def begin_case(clauses) -> None:
+    """The plugin, before a case: its clause ids (for failure messages), no inputs yet."""
+    CLAUSES.set(tuple(clauses))
+    _INPUTS.set(())
+
+
 def clause(*ids: str):
     """``@clause("NUM-RED-2", ...)``: the spec clauses a case checks (at least one)."""
     if not ids:
@@ -118,11 +124,13 @@ def communicator(backend, mesh):
 def value_bits(a) -> np.ndarray:
     """The bit patterns of ``a``'s elements as unsigned integers of their width (the value's
     bits, most significant first when printed: 1.0 in f32 is 0x3f800000)."""
-    a = np.ascontiguousarray(np.asarray(a))
+    a = np.asarray(a)
     if a.dtype.kind in "OUS":
         raise TypeError(f"no bit patterns for dtype {a.dtype}")
-    return a.view(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else \
-        a.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
+    flat = np.ascontiguousarray(a.reshape(-1))  # (ascontiguousarray makes a 0-d array 1-d)
+    if a.dtype.itemsize in (1, 2, 4, 8):
+        return flat.view(f"u{a.dtype.itemsize}").reshape(a.shape)
+    return flat.view(np.uint8).reshape(a.shape + (a.dtype.itemsize,))
 
 
 def _show(a, index) -> str:
@@ -131,7 +139,7 @@ def _show(a, index) -> str:
     bits = value_bits(a)[index]
     width = 2 * a.dtype.itemsize
     hexed = f"0x{int(bits):0{width}x}" if np.ndim(bits) == 0 else "0x" + bytes(np.asarray(bits)[::-1]).hex()
-    return f"{v!r} ({hexed})"
+    return f"{v!s} ({hexed})"
 
 
 def _inputs_at(index, shape) -> str:
@@ -187,10 +195,11 @@ def assert_close(got, want, *, rel: float, what: str = "") -> None:
     if got.shape != want.shape:
         raise AssertionError(_where(f"{what}: shape {got.shape}, expected {want.shape}"))
     scale = float(np.max(np.abs(want))) if want.size else 0.0
-    err = np.abs(got - want)
-    worst = float(np.nanmax(err)) if want.size and not np.isnan(err).all() else 0.0
-    if np.isnan(err).any() or worst > rel * scale:
-        index = np.unravel_index(int(np.argmax(np.where(np.isnan(err), np.inf, err))), err.shape) if err.ndim else ()
+    with np.errstate(invalid="ignore"):
+        err = np.where(np.isnan(got) != np.isnan(want), np.inf, np.nan_to_num(np.abs(got - want), nan=0.0))
+    worst = float(np.max(err)) if err.size else 0.0
+    if worst > rel * scale:
+        index = np.unravel_index(int(np.argmax(err)), err.shape) if err.ndim else ()
         raise AssertionError(_where(
             f"{what}: error {worst:.3g} exceeds {rel:g} of the largest |value| ({scale:.3g}); the worst at "
-            f"{tuple(int(i) for i in index)}: got {got[index]!r}, expected {want[index]!r}"))
+            f"{tuple(int(i) for i in index)}: got {got[index]!s}, expected {want[index]!s}"))

@@ -2,7 +2,7 @@
 
 Options: ``--backend NAME`` (repeatable; default the oracle), ``--profile`` (``kernel``,
 ``single-device``, ``mesh`` or ``all``), ``--mesh-shapes 1,2x2x2,4x9x2`` and
-``--conformance-report FILE.md|FILE.html``; the markers ``clause``, ``oracle_only`` and
+``--conformance-report FILE.md|.html|.json``; the markers ``clause``, ``oracle_only`` and
 ``slow``. Only items under :data:`CASES` are touched: each must carry a ``clause`` mark;
 ``backend`` and ``mesh_shape`` fixtures are parametrized from the options; every report is
 tagged with its clauses and backend (JUnit properties) and gathered, on the controlling process
@@ -29,7 +29,7 @@ from tessera_ref import backends
 from tessera_ref.backends import Backend
 from tessera_ref.errors import BackendError, TesseraError
 
-from .harness import CLAUSES, NOT_APPLICABLE, ORACLE, UNSUPPORTED
+from .harness import NOT_APPLICABLE, ORACLE, UNSUPPORTED, begin_case
 from .report import Matrix
 
 CASES = Path(__file__).resolve().parent / "cases"
@@ -106,7 +106,7 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-dir", default="tessera-fuzz", metavar="DIR",
                     help="where the fuzzer writes the script of a disagreement it found")
     group.addoption("--conformance-report", default=None, metavar="FILE",
-                    help="write the clause x backend matrix (.md or .html)")
+                    help="write the clause x backend matrix (.md, .html or .json)")
 
 
 def _is_case(path) -> bool:
@@ -202,7 +202,7 @@ def pytest_runtest_setup(item):
     if case is None:
         return
     clauses, backend = case
-    CLAUSES.set(tuple(clauses))
+    begin_case(clauses)
     watch = _watch(backend)
     if watch is not None:
         watch.reset()

@@ -1,4 +1,4 @@
-"""The clause × backend matrix of a conformance run (Markdown or HTML; deterministic).
+"""The clause × backend matrix of a conformance run (Markdown, HTML or JSON; deterministic).
 
 Below the table: each failing case with its message, and why each ``n/a``, ``unsupported``
 or ``skip`` entry did not run (its cases' reasons). Each clause links to its chapter of the
@@ -7,6 +7,7 @@ spec shipped with the suite (``tessera_conformance/spec``), relative to the repo
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -140,9 +141,19 @@ class Matrix:
                 + (f"<h2>Failing cases</h2><ul>{failing}</ul>" if failing else "")
                 + (f"<h2>Why not run</h2><ul>{why}</ul>" if why else "") + "\n")
 
+    def json(self) -> str:
+        """``{"counts": {backend: {entry: clauses}}, "entries": {clause: {backend: entry}},
+        "failing": [[clause, backend, case, message]]}``: the matrix for programs."""
+        entries = {cid: dict(zip(self.backends, row)) for cid, _, _, row in self.rows()}
+        return json.dumps({"counts": self.counts(), "entries": entries,
+                           "failing": [list(f) for f in self.failing()]}, indent=1) + "\n"
+
     def write(self, path: Path) -> None:
+        """The matrix as ``.md``, ``.html`` or ``.json``, by the suffix of ``path``."""
         path = Path(path)
-        path.write_text(self.html(path) if path.suffix.lower() in (".html", ".htm") else self.markdown(path))
+        suffix = path.suffix.lower()
+        path.write_text(self.html(path) if suffix in (".html", ".htm") else self.json() if suffix == ".json"
+                        else self.markdown(path))
 
 
 def _one_line(text: str, limit: int = 400) -> str:

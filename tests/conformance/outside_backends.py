@@ -68,5 +68,6 @@ def install(root) -> str:
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: outside_backends\nVersion: 0.1\n")
     (info / "entry_points.txt").write_text(
         "[tessera_ref.backends]\nruns-nothing = outside_backends:RunsNothing\n"
-        "unchecked-says-so = outside_backends:UncheckedSaysSo\nunchecked-silently = outside_backends:UncheckedSilently\n")
+        "unchecked-says-so = outside_backends:UncheckedSaysSo\n"
+        "unchecked-silently = outside_backends:UncheckedSilently\n")
     return str(root)
