@@ -4,8 +4,6 @@ backend that ignores ``checks`` without saying so fails them (BACKEND-LAUNCH-1).
 import re
 from xml.etree import ElementTree
 
-import pytest
-
 from conformance_runs import conformance, matrix
 from outside_backends import install
 
@@ -37,11 +35,6 @@ def test_a_backend_that_runs_nothing_passes_nothing(tmp_path):
     # the key derivation is the numerics library's (marked); a shape error comes before any backend
     assert skipped["test_rng::test_key_derivation_known_answers"].startswith("n/a: RNGKey and fold are")
     assert skipped["test_reductions::test_reduction_errors"].startswith("n/a: the case ran nothing on runs-nothing")
-
-
-@pytest.mark.slow
-def test_a_backend_that_runs_nothing_passes_no_case_of_the_suite(tmp_path):
-    _nothing(tmp_path)
 
 
 def test_checks_false_alone_makes_the_checker_cases_not_applicable(tmp_path):

@@ -107,12 +107,19 @@ def lane_sum(A, x, axis=-1):
     x = np.concatenate([x, np.full(x.shape[:-1] + (pad,), -0.0)], axis=-1)
     chunks = x.reshape(x.shape[:-1] + (-1, 32))
     lanes = np.full(x.shape[:-1] + (32,), -0.0)
-    for j in range(chunks.shape[-2]):
-        lanes = add(A, lanes, chunks[..., j, :])
-    idx = np.arange(32)
-    for off in (16, 8, 4, 2, 1):
-        lanes = add(A, lanes, lanes[..., idx ^ off])
-    return lanes[..., 0]
+    step = add
+    with np.errstate(all="ignore"):
+        if A == "f32" and np.array_equal(x.astype(np.float32), x, equal_nan=True):
+            # the terms are binary32 numbers: one correctly rounded binary32 addition a step is
+            # NumPy's float32 add (the same bits as add's f64 sum rounded once; long rows are fast)
+            chunks, lanes = chunks.astype(np.float32), lanes.astype(np.float32)
+            step = lambda _, a, b: a + b  # noqa: E731
+        for j in range(chunks.shape[-2]):
+            lanes = step(A, lanes, chunks[..., j, :])
+        idx = np.arange(32)
+        for off in (16, 8, 4, 2, 1):
+            lanes = step(A, lanes, lanes[..., idx ^ off])
+    return acc(lanes[..., 0].astype(np.float64), A)
 
 
 def lane_mean(A, x, axis=-1):
