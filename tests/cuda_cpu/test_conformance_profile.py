@@ -33,6 +33,14 @@ def test_the_kernel_profile_has_no_failures(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_production_sizes_pass(tmp_path):
+    """Rows past 2^14, K past 2,048, odd and prime sizes, padded reduce_scatter (issue 33)."""
+    summary = _run(tmp_path, "-k", "production_sizes or pads", "--report", str(tmp_path / "m.json"))
+    entries = json.loads((tmp_path / "m.json").read_text())["entries"]
+    assert entries["GRAPH-MATMUL-1"]["cuda-cpu"] == entries["GRAPH-SOFTMAX-1"]["cuda-cpu"] == "pass", summary
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("TESSERA_CONFORMANCE_ALL") != "1",
                     reason="the whole suite on cuda-cpu takes past CI's budget: TESSERA_CONFORMANCE_ALL=1 runs it")
 def test_the_whole_suite_has_no_failures_and_the_docs_count_it(tmp_path):
