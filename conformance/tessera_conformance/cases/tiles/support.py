@@ -3,6 +3,7 @@ counter parts (n/a where a backend has none, required of the oracle), exact roun
 format (NUM-CVT-2/3, computed here), and hardware.md's bank and sector rules."""
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -18,29 +19,52 @@ from tessera_conformance import ORACLE, not_applicable, unsupported
 # -- launching -------------------------------------------------------------------------------
 
 
-def launch(backend, kern, *args, **options):
-    """``kern(*args, **options)`` — ``Kernel.__call__``, so the current backend's ``launch`` —
-    inside ``backends.use(backend)``; the launch's report. With ``on_error="collect"``, a
-    backend that raises a finding of its own instead of listing the tile interpreter's is n/a
-    (it does not make those checks); otherwise a finding fails the case."""
+def _own_finding(backend, exc) -> None:
+    """n/a: ``backend`` found the kernel's bug with a check of its own (a BackendFinding), so
+    it does not make the tile interpreter's checks this case is about."""
+    what = exc.what.split(":")[0]  # what it found and where, without addresses or values
+    not_applicable(f"{backend} does not make the tile interpreter's checks; its own check found the kernel's bug: "
+                   f"{what}")
+
+
+@contextlib.contextmanager
+def _launching(backend, options):
+    """Around a launch on ``backend``: a refusal (BackendError) makes the case unsupported; a
+    finding of the backend's own checks (BackendFinding) instead of the tile interpreter's
+    listed ones (``on_error="collect"``) makes it n/a, and otherwise fails it."""
     try:
-        with backends.use(backend):
-            return kern(*args, **options)
+        yield
     except BackendFinding as exc:
         if options.get("on_error") != "collect":
             raise
-        not_applicable(f"{backend} does not list the tile interpreter's findings (on_error='collect'); its own "
-                       f"check raised: {exc.what}")
+        _own_finding(backend, exc)
     except BackendError as exc:
         unsupported(backend, exc, "the launch")
+
+
+def launch(backend, kern, *args, **options):
+    """``kern(*args, **options)`` — ``Kernel.__call__``, so the current backend's ``launch`` —
+    inside ``backends.use(backend)``; the launch's report (see :func:`_launching`)."""
+    with _launching(backend, options), backends.use(backend):
+        return kern(*args, **options)
 
 
 def launch_module(backend, module, buffers, *, grid=1, lanes=32, **options):
-    """A hand-built Tile IR module launched by ``backend.launch`` (BACKEND-LAUNCH-1)."""
-    try:
+    """A hand-built Tile IR module launched by ``backend.launch`` (BACKEND-LAUNCH-1; see
+    :func:`_launching`)."""
+    with _launching(backend, options):
         return backends.get(backend).launch(Launch(module, None, grid, lanes, buffers, **options))
-    except BackendError as exc:
-        unsupported(backend, exc, "the launch")
+
+
+@contextlib.contextmanager
+def tile_error(backend, error, match: str):
+    """``pytest.raises(error, match=match)`` around the launch of a kernel with a bug the tile
+    interpreter's checks report; a backend whose own check finds the bug first is n/a."""
+    try:
+        with pytest.raises(error, match=match) as info:
+            yield info
+    except BackendFinding as exc:
+        _own_finding(backend, exc)
 
 
 def part(backend, report, name: str):
