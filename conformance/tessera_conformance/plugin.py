@@ -46,6 +46,8 @@ _WATCHES: dict = {}  # backend name -> Watch, in this process
 UNTOUCHED = ("the case ran nothing on {backend} (no method of the backend was called): what it checks happens "
              "before or outside any backend (tracing, type inference, the library's own functions)")
 
+BACKENDLESS = "the case takes no backend: it checks the library's own functions, once, on the oracle"
+
 
 class Watch:
     """Which of one backend's own methods ran during the current case, and the meshes it
@@ -181,6 +183,8 @@ def pytest_collection_modifyitems(config, items):
             continue
         clauses = sorted({c for m in marks for c in m.args})
         item.user_properties += [("clauses", " ".join(clauses)), ("backend", str(_backend_of(item)))]
+        if not hasattr(item, "callspec") or "backend" not in item.callspec.params:
+            item.user_properties.append(("backendless", "1"))
         keep.append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -279,8 +283,14 @@ def pytest_runtest_logreport(report):
     if "clauses" not in props or (report.when != "call" and not (report.failed or report.skipped)):
         return
     matrix = _CONFIG[0].stash[_MATRIX] if _CONFIG else None
-    if matrix is not None:
-        matrix.add(props["clauses"].split(), props["backend"], *_outcome(report), report.nodeid)
+    if matrix is None:
+        return
+    clauses = props["clauses"].split()
+    matrix.add(clauses, props["backend"], *_outcome(report), report.nodeid)
+    if "backendless" in props:  # it ran once, on the oracle: n/a on every other backend
+        for other in matrix.backends:
+            if other != props["backend"]:
+                matrix.add(clauses, other, "n/a", BACKENDLESS, report.nodeid)
 
 
 _CONFIG: list = []

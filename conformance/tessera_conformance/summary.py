@@ -3,9 +3,10 @@
 ``python -m tessera_conformance.summary docs/conformance.md`` runs ``tessera-ref conformance``
 on the built-in backends (:data:`BACKENDS`; ``--backend NAME`` for some of them, ``-j N`` for
 pytest-xdist), or reads the JSON matrices of runs already made (``--from FILE.json``), and
-rewrites the table between the markers :data:`BEGIN` and :data:`END`: per backend, how many
-clauses pass, fail, are unsupported, n/a, not testable or have no case. A row not re-run is
-kept. The repository's tests compare the rows with their own runs of the suite.
+rewrites what lies between the markers :data:`BEGIN` and :data:`END`: the clause coverage
+(:mod:`.coverage`'s line) and a table of, per backend, how many clauses pass, fail, are
+unsupported, n/a, not testable or have no case. A row not re-run is kept. The repository's
+tests compare the line with a collection and the rows with their own runs of the suite.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["BACKENDS", "COLUMNS", "BEGIN", "END", "run", "rows_of", "table", "update"]
+__all__ = ["BACKENDS", "COLUMNS", "BEGIN", "END", "run", "rows_of", "coverage_of", "table", "update"]
 
 #: The backends the docs summarize, in order.
 BACKENDS = ("interp", "interp-tiles", "cuda-cpu", "numpy-naive")
@@ -51,11 +52,18 @@ def table(rows: dict) -> str:
     return "\n".join(lines)
 
 
+def _block(text: str) -> str:
+    return text[text.index(BEGIN) + len(BEGIN):text.index(END)] if BEGIN in text and END in text else ""
+
+
+def coverage_of(text: str) -> str:
+    """The coverage line of the summary between the markers of a document ("" without one)."""
+    return next((line.strip("` ") for line in _block(text).splitlines() if "clauses have a case" in line), "")
+
+
 def rows_of(text: str) -> dict:
     """``{backend: {entry: clauses}}`` of the summary between the markers of a document."""
-    if BEGIN not in text or END not in text:
-        return {}
-    block = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
+    block = _block(text)
     rows = {}
     for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -64,14 +72,14 @@ def rows_of(text: str) -> dict:
     return rows
 
 
-def update(text: str, rows: dict) -> str:
-    """``text`` with the summary between the markers holding ``rows`` (other rows kept), in
-    :data:`BACKENDS` order."""
+def update(text: str, rows: dict, coverage: str) -> str:
+    """``text`` with the summary between the markers holding the ``coverage`` line and ``rows``
+    (other rows kept), in :data:`BACKENDS` order."""
     merged = {**rows_of(text), **rows}
     ordered = {b: merged[b] for b in BACKENDS if b in merged}
     ordered.update({b: c for b, c in merged.items() if b not in ordered})
     start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    return text[:start] + "\n" + table(ordered) + "\n" + text[end:]
+    return text[:start] + f"\n`{coverage}`\n\n" + table(ordered) + "\n" + text[end:]
 
 
 def main(argv=None) -> int:
@@ -90,7 +98,10 @@ def main(argv=None) -> int:
         rows = {b: c for f in args.reports for b, c in json.loads(f.read_text())["counts"].items()}
     else:
         rows = run(args.backend or BACKENDS, args.jobs)
-    args.document.write_text(update(text, rows))
+    from .coverage import collected_clauses, report
+    coverage = report(collected_clauses())
+    args.document.write_text(update(text, rows, coverage))
+    print(coverage)
     print(table({b: rows[b] for b in rows}))
     return 0
 

@@ -9,7 +9,7 @@ import pytest
 from tessera_conformance import assert_bits, assert_close, run
 from tessera_conformance.harness import CLAUSES, begin_case
 from tessera_conformance.report import Matrix
-from tessera_conformance.summary import BEGIN, END, rows_of, update
+from tessera_conformance.summary import BEGIN, END, coverage_of, rows_of, update
 
 
 def _message(fn) -> str:
@@ -63,8 +63,10 @@ def test_the_matrix_lists_failure_messages_and_why_entries_did_not_run(tmp_path)
 
 def test_the_docs_summary_is_replaced_between_its_markers_and_read_back():
     doc = f"intro\n{BEGIN}\nold\n{END}\nrest\n"
-    new = update(doc, {"interp": {"pass": 3, "not testable": 2}, "numpy-naive": {"FAIL": 1, "pass": 4}})
+    new = update(doc, {"interp": {"pass": 3, "not testable": 2}, "numpy-naive": {"FAIL": 1, "pass": 4}},
+                 "3 of 5 clauses have a case")
     assert new.startswith("intro\n" + BEGIN) and new.endswith(END + "\nrest\n") and "old" not in new
     assert rows_of(new) == {"interp": {"pass": 3, "not testable": 2}, "numpy-naive": {"FAIL": 1, "pass": 4}}
-    again = update(new, {"interp": {"pass": 5}})  # a row not re-run is kept
+    assert coverage_of(new) == "3 of 5 clauses have a case"
+    again = update(new, {"interp": {"pass": 5}}, "4 of 5 clauses have a case")  # a row not re-run is kept
     assert rows_of(again) == {"interp": {"pass": 5}, "numpy-naive": {"FAIL": 1, "pass": 4}}
