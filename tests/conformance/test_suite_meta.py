@@ -168,7 +168,7 @@ def test_interp_passes_and_interp_tiles_conforms(tmp_path):
     # the oracle has no device: only the runtime's device clauses are n/a there
     assert all(c.startswith("RUNTIME-") for c, e in entries.items() if e["interp"] == "n/a")
     assert "no case" not in report["counts"]["interp-tiles"]  # a case with no backend is n/a there
-    assert "FAIL" not in report["counts"]["interp-tiles"] and report["counts"]["interp-tiles"]["pass"] > 200
+    assert "FAIL" not in report["counts"]["interp-tiles"] and report["counts"]["interp-tiles"]["pass"] > 150
     for backend in ("interp", "interp-tiles"):
         assert_documented(report, backend)
 
