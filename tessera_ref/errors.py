@@ -254,6 +254,12 @@ class BackendError(TesseraError, RuntimeError):
     """An unknown or broken backend, or an executor that cannot run what it was given."""
 
 
+class BackendFinding(BackendError):
+    """A bug a backend's own checks found in what it ran (a race, an access past a buffer in a
+    kernel it rendered): not a refusal — the conformance suite counts it as a failure
+    (BACKEND-ERR-1)."""
+
+
 class CacheError(TesseraError, RuntimeError):
     """A cache directory the library will not load code or records from (another user could
     write it) or cannot create; the message names the directory, its owner and mode."""
