@@ -39,7 +39,7 @@ class Optimizer:
 
 
 def check_update(name: str, grads, state, params, state_type):
-    """The leaves of ``params`` and ``grads`` after checking both trees and ``state`` (OPTIM-ERR-1)."""
+    """The leaves of ``params`` and ``grads`` after checking both trees and ``state`` (OPTIM-ERR-2)."""
     where = f"{name}.update"
     if not isinstance(state, state_type):
         raise OptimError(f"{where}: state is a {type(state).__name__}, not the {state_type.__name__} that "

@@ -1,4 +1,4 @@
-"""Pytrees of parameters, gradients and state: paths, matching, zeros (OPTIM-API-1, OPTIM-ERR-1)."""
+"""Pytrees of parameters, gradients and state: paths, matching (OPTIM-ERR-2), zeros (OPTIM-STATE-1)."""
 from __future__ import annotations
 
 import math
@@ -60,7 +60,7 @@ def type_of(x) -> TensorType:
 
 def check_same_tree(what: str, tree, like, like_name: str = "params", *, where: str):
     """``tree``'s leaves if it has the structure of ``like`` and each leaf the shape and policy of
-    ``like``'s leaf at the same path; else an OptimError naming the first mismatching path."""
+    ``like``'s leaf at the same path; else an OptimError naming the first mismatching path (OPTIM-ERR-2)."""
     leaves, td = flatten(tree)
     like_leaves, like_td = flatten(like)
     found = _first_mismatch(td, like_td, "")
@@ -77,7 +77,7 @@ def check_same_tree(what: str, tree, like, like_name: str = "params", *, where: 
 
 
 def check_float_params(params, *, where: str) -> list:
-    """The leaves of ``params`` if every one is a floating-point tensor (OPTIM-ERR-1)."""
+    """The leaves of ``params`` if every one is a floating-point tensor (OPTIM-ERR-2)."""
     leaves, td = flatten(params)
     for path, x in zip(leaf_paths(td), leaves):
         if x is None or isinstance(x, (str, bool)):
@@ -93,7 +93,7 @@ def check_float_params(params, *, where: str) -> list:
 
 
 def zeros_like(x):
-    """+0 in ``x``'s shape, policy and layout (a DistTensor on its mesh; abstract if ``x`` is)."""
+    """+0 in ``x``'s shape, policy and layout (a DistTensor on its mesh; abstract if ``x`` is; OPTIM-STATE-1)."""
     if isinstance(x, DistTensor):
         layout = x.layout.replace(partial=())
         ttype = TensorType(x.shape, x.type.policy, layout)
@@ -106,7 +106,7 @@ def zeros_like(x):
 
 
 def counter(leaves):
-    """A new step count: 0 as an f64 scalar, replicated on the mesh of the first distributed leaf."""
+    """A new step count (OPTIM-STATE-1): +0 in f64, replicated on the mesh of the first distributed leaf."""
     mesh = next((x.mesh for x in leaves if isinstance(x, DistTensor)), None)
     if mesh is None:
         return asarray(0.0, dtype="f64")
