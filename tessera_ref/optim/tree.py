@@ -34,6 +34,8 @@ def leaf_paths(treedef, prefix: str = "") -> list:
 
 
 def _describe(treedef) -> str:
+    if treedef is None:
+        return "missing"
     if treedef.kind == "leaf":
         return "a tensor"
     kind = treedef.kind.__name__ if isinstance(treedef.kind, type) else str(treedef.kind)
@@ -43,6 +45,13 @@ def _describe(treedef) -> str:
 
 def _first_mismatch(a, b, path: str):
     """``(path, a's node, b's node)`` of the first place two tree structures differ, or None."""
+    if a.kind is dict and b.kind is dict and a.keys != b.keys:  # name the first key on one side only
+        key = next(k for k in sorted(set(a.keys) ^ set(b.keys), key=repr))
+        side = dict(zip(a.keys, a.children)), dict(zip(b.keys, b.children))
+        return f"{path}[{key!r}]", side[0].get(key), side[1].get(key)
+    if a.kind is b.kind and a.kind in (tuple, list) and len(a.children) != len(b.children):
+        i = min(len(a.children), len(b.children))
+        return f"{path}[{i}]", (a.children[i:] or [None])[0], (b.children[i:] or [None])[0]
     if a.kind != b.kind or a.keys != b.keys or len(a.children) != len(b.children):
         return path, a, b
     for step, ca, cb in zip(_steps(a), a.children, b.children):
@@ -83,9 +92,10 @@ def check_float_params(params, *, where: str) -> list:
         if x is None or isinstance(x, (str, bool)):
             raise OptimError(f"{where}: params{path} is {x!r}, not a tensor",
                              fix="keep only tensors in the parameter tree (pass other values separately)")
-        policy = type_of(x).policy
+        ttype = type_of(x)
+        policy = ttype.policy
         if not isinstance(policy, Policy) or not policy.storage.is_float or policy.storage.special == "scale":
-            raise OptimError(f"{where}: params{path} has element type {policy}, which is not a floating-point "
+            raise OptimError(f"{where}: params{path} is {ttype}, whose elements are not in a floating-point "
                              "format: an optimizer updates real numbers",
                              fix=f"keep params{path} out of the optimized tree, or cast it to a float format "
                                  "(op.cast(x, 'f32'))")
