@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import optim_reference as ref
+from tessera_conformance.cases.optim import _reference as ref
 from tessera_ref import asarray, optim
 from tessera_ref.errors import OptimError, TesseraError
 

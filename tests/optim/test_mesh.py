@@ -4,7 +4,7 @@ communicates one exact all-reduce per tp-split leaf, and abstract trees are pric
 import numpy as np
 import pytest
 
-import optim_reference as ref
+from tessera_conformance.cases.optim import _reference as ref
 from tessera_conformance import assert_bits
 from tessera_ref import dist, jit, optim, sim
 from tessera_ref.frontend.pytree import flatten

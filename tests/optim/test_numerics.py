@@ -4,7 +4,7 @@ the same order over several steps, eagerly and under jit; close to PyTorch's opt
 import numpy as np
 import pytest
 
-import optim_reference as ref
+from tessera_conformance.cases.optim import _reference as ref
 from tessera_conformance import assert_bits
 from tessera_ref import jit, optim
 

@@ -1,7 +1,7 @@
-"""An independent NumPy reference of the optimizers (docs/spec/optim.md): the same IEEE
-operations in the same order, each f32 one rounded by NumPy's float32 arithmetic, the f64
-step scalars by Python floats, pow and cos by the conformance suite's scalar NUM-MATH
-reference, the global norm by Fractions. It imports nothing from tessera_ref.optim."""
+"""An independent NumPy reference of the optimizers (docs/spec/optim.md; the cases and
+tests/optim use it): the same IEEE operations in the same order, each f32 one rounded by
+NumPy's float32 arithmetic, the f64 step scalars by Python floats, pow and cos by the suite's
+scalar NUM-MATH reference, the global norm by Fractions. It imports nothing of tessera_ref."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tessera_conformance.cases.numerics._ref_math import cos, pow_
+from ..numerics._ref_math import cos, pow_
 
 F = np.float32
 
