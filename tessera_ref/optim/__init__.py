@@ -5,11 +5,11 @@ opt.update(grads, state, params)`` — pure functions over pytrees of NumPy arra
 DistTensors (real or abstract), built from ``op.*`` so they trace under ``jit``, lower to
 kernels and are priced by the simulated machine. The state keeps each parameter's layout.
 """
-from .adamw import AdamW, AdamWState, adamw
+from .adam import AdamW, AdamWState, adamw
 from .base import Chain, GradientTransform, Optimizer, chain
 from .clip import ClipByGlobalNorm, clip_by_global_norm, global_norm
 from .schedules import Schedule, constant, linear_warmup, warmup_cosine
-from .sgd import SGD, SGDState, sgd
+from .momentum import SGD, SGDState, sgd
 
 __all__ = ["adamw", "sgd", "clip_by_global_norm", "global_norm", "chain", "constant", "linear_warmup",
            "warmup_cosine", "Schedule", "Optimizer", "GradientTransform", "Chain", "AdamW", "AdamWState",
