@@ -102,10 +102,11 @@ def check_float_params(params, *, where: str) -> list:
     return leaves
 
 
-def zeros_like(x):
-    """+0 in ``x``'s shape, policy and layout (a DistTensor on its mesh; abstract if ``x`` is; OPTIM-STATE-1)."""
+def zeros_like(x, layout=None):
+    """+0 in ``x``'s shape, policy and layout (a DistTensor on its mesh, in ``layout`` if given;
+    abstract if ``x`` is; OPTIM-STATE-1)."""
     if isinstance(x, DistTensor):
-        layout = x.layout.replace(partial=())
+        layout = layout or x.layout.replace(partial=())
         ttype = TensorType(x.shape, x.type.policy, layout)
         if x.is_abstract:
             return DistTensor(ttype, x.mesh, None)

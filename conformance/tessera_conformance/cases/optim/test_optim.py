@@ -91,6 +91,28 @@ def test_on_a_mesh(backend):
     assert {k: v.type for k, v in state[1].momentum.items()} == types
 
 
+@clause("OPTIM-ZERO-1")
+def test_zero1(backend):
+    mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
+    layouts = {"W1": dist.ShardSpec(("col",), ("tp",)), "W2": dist.ShardSpec(("row",), ("tp",)), "b": None}
+
+    def spread(tree):
+        return {k: dist.tensor(v.shape, layouts[k], mesh, "f32", data=v) for k, v in tree.items()}
+    params, grads = ref.problem(seed=5, steps=2)
+    opt = optim.sgd(0.1, momentum=0.5, zero=1)
+    got, state = spread(params), opt.init(spread(params))
+    assert [str(state.momentum[k].layout) for k in ("W1", "W2", "b")] == \
+        ["#shard<[dp, tp]>", "#shard<[tp, dp]>", "#shard<[dp]>"]
+    step = jit(opt.update, backend=backend)
+    try:
+        for g in grads:
+            got, state = step(spread(g), state, got)
+    except BackendError as exc:
+        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+    assert_tree({k: v.numpy() for k, v in got.items()}, ref.sgd(params, grads, lambda s: 0.1, 0.5), "zero=1")
+    assert {k: v.type for k, v in got.items()} == {k: v.type for k, v in spread(params).items()}
+
+
 @clause("OPTIM-CHAIN-1")
 def test_chain(backend):
     params, grads = ref.problem(seed=4, steps=2)
