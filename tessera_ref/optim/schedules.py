@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..ops import FUNCTIONS as op
 from ..errors import OptimError
+from ..ops import FUNCTIONS as op
 from ..ops import asarray
 from .tree import check_number, type_of
 
@@ -53,7 +53,7 @@ def linear_warmup(peak: float, warmup_steps: int, init: float = 0.0) -> Schedule
     """``init`` rising linearly to ``peak`` over ``warmup_steps`` steps, then ``peak`` (OPTIM-SCHED-1)."""
     where = "optim.linear_warmup"
     peak, init = check_number("peak", peak, low=0.0, where=where), check_number("init", init, low=0.0, where=where)
-    steps = _steps("warmup_steps", warmup_steps, where)
+    steps = _step_count("warmup_steps", warmup_steps, where)
     return Schedule(lambda s: _warmup(s, init, peak, steps), f"linear_warmup({peak!r}, {steps}, init={init!r})")
 
 
@@ -64,8 +64,8 @@ def warmup_cosine(peak: float, warmup_steps: int, total_steps: int, end: float =
     where = "optim.warmup_cosine"
     peak, end = check_number("peak", peak, low=0.0, where=where), check_number("end", end, low=0.0, where=where)
     init = check_number("init", init, low=0.0, where=where)
-    warm = _steps("warmup_steps", warmup_steps, where)
-    total = _steps("total_steps", total_steps, where)
+    warm = _step_count("warmup_steps", warmup_steps, where)
+    total = _step_count("total_steps", total_steps, where)
     if total <= warm:
         raise OptimError(f"{where}: total_steps={total} must exceed warmup_steps={warm} (it counts the warmup)",
                          fix=f"pass total_steps > {warm}")
@@ -79,7 +79,7 @@ def warmup_cosine(peak: float, warmup_steps: int, total_steps: int, end: float =
     return Schedule(fn, f"warmup_cosine({peak!r}, {warm}, {total}, end={end!r}, init={init!r})")
 
 
-def _steps(name: str, value, where: str) -> int:
+def _step_count(name: str, value, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise OptimError(f"{where}: {name}={value!r} is not a whole number of steps ≥ 0",
                          fix=f"pass {name} as an int ≥ 0")
