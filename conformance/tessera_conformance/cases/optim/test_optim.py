@@ -68,49 +68,45 @@ def test_global_norm_and_clipping(backend):
     assert_tree(dict(zip(sorted(g), out)), ref.clip(g, norm / 3), "clipped")
 
 
-@clause("OPTIM-CLIP-1", "OPTIM-STATE-1")
-def test_on_a_mesh(backend):
-    mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
-    layouts = {"W1": dist.ShardSpec(("col",), ("tp",)), "W2": dist.ShardSpec(("row",), ("tp",)), "b": None}
+MESH = dist.Mesh(("dp", "tp"), range(4), (2, 2))
+LAYOUTS = {"W1": dist.ShardSpec(("col",), ("tp",)), "W2": dist.ShardSpec(("row",), ("tp",)), "b": None}
 
-    def spread(tree):
-        return {k: dist.tensor(v.shape, layouts[k], mesh, "f32", data=v) for k, v in tree.items()}
-    params, grads = ref.problem(seed=3, steps=2)
-    opt = optim.chain(optim.clip_by_global_norm(1.0), optim.sgd(0.1, momentum=0.5))
+
+def spread(tree: dict) -> dict:
+    """A dict of arrays as DistTensors on the dp=2 × tp=2 mesh in LAYOUTS."""
+    return {k: dist.tensor(v.shape, LAYOUTS[k], MESH, "f32", data=v) for k, v in tree.items()}
+
+
+def train_on_mesh(backend, opt, params, grads_seq):
+    """``(params, state)`` after one jitted update per gradient, as DistTensors on MESH."""
     got, state = spread(params), opt.init(spread(params))
     step = jit(opt.update, backend=backend)
     try:
-        for g in grads:
+        for g in grads_seq:
             got, state = step(spread(g), state, got)
     except BackendError as exc:
         pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+    assert {k: v.type for k, v in got.items()} == {k: v.type for k, v in spread(params).items()}
+    return got, state
+
+
+@clause("OPTIM-CLIP-1", "OPTIM-STATE-1")
+def test_on_a_mesh(backend):
+    params, grads = ref.problem(seed=3, steps=2)
+    opt = optim.chain(optim.clip_by_global_norm(1.0), optim.sgd(0.1, momentum=0.5))
+    got, state = train_on_mesh(backend, opt, params, grads)
     assert_tree({k: v.numpy() for k, v in got.items()},
                 ref.sgd(params, [ref.clip(g, 1.0) for g in grads], lambda s: 0.1, 0.5), "mesh")
-    types = {k: v.type for k, v in spread(params).items()}
-    assert {k: v.type for k, v in got.items()} == types
-    assert {k: v.type for k, v in state[1].momentum.items()} == types
+    assert {k: v.type for k, v in state[1].momentum.items()} == {k: v.type for k, v in got.items()}
 
 
 @clause("OPTIM-ZERO-1")
 def test_zero1(backend):
-    mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
-    layouts = {"W1": dist.ShardSpec(("col",), ("tp",)), "W2": dist.ShardSpec(("row",), ("tp",)), "b": None}
-
-    def spread(tree):
-        return {k: dist.tensor(v.shape, layouts[k], mesh, "f32", data=v) for k, v in tree.items()}
     params, grads = ref.problem(seed=5, steps=2)
-    opt = optim.sgd(0.1, momentum=0.5, zero=1)
-    got, state = spread(params), opt.init(spread(params))
+    got, state = train_on_mesh(backend, optim.sgd(0.1, momentum=0.5, zero=1), params, grads)
     assert [str(state.momentum[k].layout) for k in ("W1", "W2", "b")] == \
         ["#shard<[dp, tp]>", "#shard<[tp, dp]>", "#shard<[dp]>"]
-    step = jit(opt.update, backend=backend)
-    try:
-        for g in grads:
-            got, state = step(spread(g), state, got)
-    except BackendError as exc:
-        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
     assert_tree({k: v.numpy() for k, v in got.items()}, ref.sgd(params, grads, lambda s: 0.1, 0.5), "zero=1")
-    assert {k: v.type for k, v in got.items()} == {k: v.type for k, v in spread(params).items()}
 
 
 @clause("OPTIM-CHAIN-1")
