@@ -274,3 +274,9 @@ class PeerError(BackendError):
     """Another process of a multi-process program did not answer in time, or failed while this
     one waited for it; the message names the ranks (or the address) waited for. ``tessera-ref
     launch`` names such a rank as the cause only when no rank failed on its own (MESH-MP-5)."""
+
+
+class OptimError(TesseraError, ValueError):
+    """An optimizer (:mod:`tessera_ref.optim`) given a bad hyperparameter, parameters that are
+    not floating-point tensors, or gradients or state whose tree does not match the parameters'
+    (the message names the first mismatching path)."""

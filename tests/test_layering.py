@@ -30,6 +30,7 @@ LAYERS = [
     ["dist"],
     ["frontend"],
     ["autodiff"],
+    ["optim"],
     ["lowering"],
     [("backends", "backends.base", "backends.registry", "backends.p2p")],
     ["runtime"],
