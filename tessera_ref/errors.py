@@ -268,3 +268,9 @@ class PeerError(BackendError):
     """Another process of a multi-process program did not answer in time, or failed while this
     one waited for it; the message names the ranks (or the address) waited for. ``tessera-ref
     launch`` names such a rank as the cause only when no rank failed on its own (MESH-MP-5)."""
+
+
+class CheckpointError(TesseraError, ValueError):
+    """A checkpoint that cannot be saved or restored as asked: a corrupt (SHA-256 or CRC
+    mismatch), missing, truncated or mismatched file, a manifest that fails validation, or a
+    tree that does not match the checkpoint's; the message names the file and the tensor."""
