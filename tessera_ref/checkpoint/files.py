@@ -5,17 +5,19 @@ CKPT-ERR-1 and a count of the bytes read (CKPT-RESTORE-3).
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 import threading
 import zlib
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from ..errors import CheckpointError
-from .leaves import from_words, safetensors_dtype
+from .leaves import NATIVE, from_words, safetensors_dtype, stored_dtype
+
+_SAFETENSORS_NP = {name: dtype for dtype, name in NATIVE.items()}
 
 __all__ = ["write_file", "sha256_of", "Reader", "ReadLog"]
 
@@ -64,92 +66,171 @@ class ReadLog:
 
 
 class Reader:
-    """Opens the files of one checkpoint lazily (structure checked on open: size, header dtype
-    and shape of every tensor the manifest puts there) and reads boxes of saved tensors."""
+    """Opens the files of one checkpoint lazily — checking the size, the safetensors header
+    (bounded, validated) and the dtype, shape and extent of every tensor the manifest puts
+    there — and reads boxes of saved tensors with one ``pread`` per contiguous run of bytes,
+    so that exactly the bytes of the box are read (CKPT-RESTORE-3). Thread-safe: ``pread``
+    carries its own offset."""
 
     def __init__(self, root: str, files: dict, verify: str, log: ReadLog):
         self.root, self.files, self.verify, self.log = root, files, verify, log
-        self.entries: dict = {}  # file -> {tensor: (stored dtype, shape, crc)} the manifest expects
-        self._open: dict = {}
+        self.entries: dict = {}  # file -> {tensor: (dtype, shape, crc)} the manifest expects
+        self._open: dict = {}    # file -> (fd, {tensor: byte offset of its data})
+        self._lock = threading.Lock()
 
     def expect(self, file: str, tensor: str, dtype: np.dtype, shape: tuple, crc: int) -> None:
         self.entries.setdefault(file, {})[tensor] = (dtype, shape, crc)
 
     def _handle(self, file: str):
-        if file in self._open:
+        with self._lock:
+            if file not in self._open:
+                self._open[file] = self._check(file)
             return self._open[file]
-        path = os.path.join(self.root, file)
-        info = self.files[file]
-        names = sorted(self.entries.get(file, {}))
-        held = f"(it holds {', '.join(names[:4])}{'...' if len(names) > 4 else ''})"
-        if not os.path.isfile(path):
-            raise CheckpointError(f"checkpoint file {path} is missing {held}",
-                                  fix="copy the whole checkpoint directory, or restore an older checkpoint")
-        size = os.path.getsize(path)
-        if size != info["bytes"]:
-            raise CheckpointError(f"checkpoint file {path} has {size} bytes, the manifest says {info['bytes']}: it "
-                                  f"is truncated or was replaced {held}",
-                                  fix="copy the file again from the original checkpoint")
-        if self.verify == "full" and sha256_of(path) != info["sha256"]:
-            bad = self._corrupt_tensors(path)
-            raise CheckpointError(f"checkpoint file {path} is corrupt: its SHA-256 differs from the manifest's; "
-                                  f"tensor(s) {', '.join(bad) or 'none (the header)'} differ",
-                                  fix="copy the file again from the original checkpoint")
-        try:
-            handle = safe_open(path, framework="np", backend="pread")
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint file {path} is not a readable safetensors file ({exc}) {held}",
-                                  fix="copy the file again from the original checkpoint") from None
-        keys = set(handle.keys())
-        for tensor, (dtype, shape, _) in self.entries.get(file, {}).items():
-            if tensor not in keys:
-                raise CheckpointError(f"checkpoint file {path} has no tensor {tensor!r}",
-                                      fix="the file belongs to another checkpoint; copy the right one")
-            sl = handle.get_slice(tensor)
-            got = (sl.get_dtype(), tuple(sl.get_shape()))
-            if got != (safetensors_dtype(dtype), shape):
-                raise CheckpointError(f"checkpoint file {path}, tensor {tensor!r}: the file holds {got[0]} "
-                                      f"{list(got[1])}, the manifest says {safetensors_dtype(dtype)} {list(shape)}",
-                                      fix="the file belongs to another checkpoint; copy the right one")
-        self._open[file] = handle
-        return handle
 
-    def _corrupt_tensors(self, path: str) -> list:
-        """The tensors of a corrupt file whose CRC-32 differs (best effort: [] if it cannot be read)."""
-        file = os.path.basename(path)
-        bad = []
+    def _check(self, file: str):
+        path = os.path.join(self.root, file)
+        names = sorted(self.entries.get(file, {}))
+        held = f"(it holds {', '.join(map(repr, names[:4]))}{'...' if len(names) > 4 else ''})"
         try:
-            with safe_open(path, framework="np", backend="pread") as f:
-                for tensor, (dtype, shape, crc) in sorted(self.entries.get(file, {}).items()):
-                    if _crc(f.get_tensor(tensor)) != crc:
-                        bad.append(repr(tensor))
-        except (SafetensorError, OSError, ValueError):
-            return []
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint file {path} is missing {held}",
+                                  fix="copy the whole checkpoint directory, or restore an older checkpoint") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size != self.files[file]["bytes"]:
+                raise CheckpointError(f"checkpoint file {path} has {size} bytes, the manifest says "
+                                      f"{self.files[file]['bytes']}: it is truncated or was replaced {held}",
+                                      fix="copy the file again from the original checkpoint")
+            if self.verify == "full" and sha256_of(path) != self.files[file]["sha256"]:
+                bad = self._corrupt_tensors(fd, path, _header(fd, size, path))
+                raise CheckpointError(f"checkpoint file {path} is corrupt: its SHA-256 differs from the "
+                                      f"manifest's; tensor(s) {', '.join(bad) or 'none (the header)'} differ",
+                                      fix="copy the file again from the original checkpoint")
+            header = _header(fd, size, path)
+            offsets = {}
+            for tensor, (dtype, shape, _) in self.entries.get(file, {}).items():
+                entry = header.get(tensor)
+                want = (safetensors_dtype(dtype), list(shape))
+                if not isinstance(entry, dict) or (entry.get("dtype"), entry.get("shape")) != want:
+                    got = "no such tensor" if not isinstance(entry, dict) else \
+                        f"{entry.get('dtype')} {entry.get('shape')}"
+                    raise CheckpointError(f"checkpoint file {path}, tensor {tensor!r}: the file holds {got}, the "
+                                          f"manifest says {want[0]} {want[1]}",
+                                          fix="the file belongs to another checkpoint; copy the right one")
+                offsets[tensor] = entry["start"]
+            return fd, offsets
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _corrupt_tensors(self, fd: int, path: str, header: dict) -> list:
+        """The tensors of a corrupt file whose CRC-32 differs from the manifest's."""
+        bad = []
+        for tensor, (dtype, shape, crc) in sorted(self.entries.get(os.path.basename(path), {}).items()):
+            if tensor in header:
+                words = np.empty(shape, stored_dtype(dtype))
+                _pread_into(fd, memoryview(words).cast("B"), header[tensor]["start"], path)
+                if _crc(words) != crc:
+                    bad.append(repr(tensor))
         return bad
 
     def read(self, file: str, tensor: str, offset: tuple, box: tuple, dtype: np.dtype, what: str) -> np.ndarray:
         """Box ``box`` (global coordinates) of the saved tensor whose box starts at ``offset``."""
-        handle = self._handle(file)
-        stored, shape, crc = self.entries[file][tensor]
-        index = tuple(slice(lo - o, hi - o) for (lo, hi), o in zip(box, offset))
-        whole = all(s.start == 0 and s.stop == n for s, n in zip(index, shape))
-        try:
-            words = handle.get_tensor(tensor) if whole else handle.get_slice(tensor)[index]
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"checkpoint file {os.path.join(self.root, file)}, tensor {tensor!r} ({what}): "
-                                  f"read failed ({exc})", fix="copy the file again from the original checkpoint") from None
-        words = np.asarray(words).reshape(tuple(hi - lo for lo, hi in box))
-        self.log.add(file, tensor, box, words.nbytes)
-        if whole and self.verify != "none" and _crc(np.ascontiguousarray(words)) != crc:
-            raise CheckpointError(f"checkpoint file {os.path.join(self.root, file)} is corrupt: tensor {tensor!r} "
-                                  f"({what}) fails its CRC-32 check",
-                                  fix="copy the file again from the original checkpoint")
-        return from_words(words, dtype)
+        fd, starts = self._handle(file)
+        _, shape, crc = self.entries[file][tensor]
+        path = os.path.join(self.root, file)
+        local = [(lo - o, hi - o) for (lo, hi), o in zip(box, offset)] or [(0, 1)]
+        out = np.empty(tuple(hi - lo for lo, hi in local), stored_dtype(dtype))
+        runs = _runs(shape, local, out.itemsize)
+        buf = memoryview(out).cast("B") if out.size else None
+        for at, (start, length) in enumerate(runs):
+            _pread_into(fd, buf[at * length:(at + 1) * length], starts[tensor] + start, path)
+        self.log.add(file, tensor, box, out.nbytes)
+        whole = all(lo == 0 and hi == n for (lo, hi), n in zip(local, shape))
+        if whole and self.verify != "none" and _crc(out) != crc:
+            raise CheckpointError(f"checkpoint file {path} is corrupt: tensor {tensor!r} ({what}) fails its CRC-32 "
+                                  "check", fix="copy the file again from the original checkpoint")
+        return from_words(out, dtype).reshape(tuple(hi - lo for lo, hi in box))
 
     def close(self) -> None:
-        for handle in self._open.values():
-            try:
-                handle.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001 - closing a read-only handle cannot lose data
-                pass
-        self._open.clear()
+        with self._lock:
+            for fd, _ in self._open.values():
+                os.close(fd)
+            self._open.clear()
+
+
+def _runs(shape: tuple, box: list, itemsize: int) -> list:
+    """``(byte offset, length)`` of the contiguous runs of a row-major tensor of ``shape`` that
+    ``box`` covers, in row-major order (equal lengths)."""
+    d = len(shape)
+    inner = 1  # elements of the trailing dimensions the box covers whole
+    while d > 0 and box[d - 1] == (0, shape[d - 1]):
+        d -= 1
+        inner *= shape[d]
+    if d == 0:
+        return [(0, inner * itemsize)] if inner else []
+    lo, hi = box[d - 1]
+    length = (hi - lo) * inner
+    strides = [0] * d
+    step = inner * shape[d - 1]
+    for k in range(d - 2, -1, -1):
+        strides[k] = step
+        step *= shape[k]
+    base = lo * inner
+    starts = [base]
+    for k in range(d - 2, -1, -1):
+        klo, khi = box[k]
+        starts = [s + i * strides[k] for i in range(klo, khi) for s in starts]
+    starts.sort()
+    return [(s * itemsize, length * itemsize) for s in starts] if length else []
+
+
+def _pread_into(fd: int, buf: memoryview, offset: int, path: str) -> None:
+    done = 0
+    while done < len(buf):
+        n = os.preadv(fd, [buf[done:]], offset + done)
+        if n == 0:
+            raise CheckpointError(f"checkpoint file {path} ends before byte {offset + len(buf)}: it is truncated",
+                                  fix="copy the file again from the original checkpoint")
+        done += n
+
+
+_HEADER_MAX = 100 << 20  # the safetensors format's own bound on its header
+
+
+def _header(fd: int, size: int, path: str) -> dict:
+    """The validated header of a safetensors file: ``{tensor: {dtype, shape, start}}`` with
+    ``start`` the absolute byte offset of the tensor's data, every extent inside the file."""
+    def bad(what):
+        raise CheckpointError(f"checkpoint file {path} is not a valid safetensors file: {what}",
+                              fix="copy the file again from the original checkpoint")
+    if size < 8:
+        bad("shorter than its 8-byte header length")
+    n = int.from_bytes(os.pread(fd, 8, 0), "little")
+    if n > min(_HEADER_MAX, size - 8):
+        bad(f"a header of {n} bytes")
+    try:
+        header = json.loads(os.pread(fd, n, 8))
+    except (ValueError, RecursionError):
+        bad("its header is not JSON")
+    if not isinstance(header, dict):
+        bad("its header is not a JSON object")
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            begin, end = entry["data_offsets"]
+            dtype, shape = entry["dtype"], entry["shape"]
+            itemsize = np.dtype(_SAFETENSORS_NP[dtype]).itemsize
+            count = 1
+            for k in shape:
+                count *= int(k) if isinstance(k, int) and k >= 0 else bad(f"tensor {name!r} has shape {shape}")
+            ok = isinstance(begin, int) and isinstance(end, int) and 0 <= begin <= end and end - begin == count * itemsize
+        except (KeyError, TypeError, ValueError):
+            ok = False
+        if not ok or 8 + n + end > size:
+            bad(f"tensor {name!r} has a malformed or out-of-file entry")
+        out[name] = {"dtype": dtype, "shape": list(shape), "start": 8 + n + begin}
+    return out
