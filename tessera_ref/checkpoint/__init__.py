@@ -10,7 +10,7 @@ process's blocks need.
 """
 from ..errors import CheckpointError
 from .files import ReadLog
-from .restore import CheckpointInfo, info, restore
-from .save import save
+from .restoring import CheckpointInfo, info, restore
+from .saving import save
 
 __all__ = ["save", "restore", "info", "CheckpointInfo", "ReadLog", "CheckpointError"]

@@ -69,6 +69,10 @@ def _obj(x, where: str, keys: tuple) -> dict:
     return x
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
 def read_manifest(root: str) -> dict:
     """The validated manifest of the checkpoint directory ``root``."""
     path = os.path.join(root, MANIFEST)
@@ -85,7 +89,7 @@ def read_manifest(root: str) -> dict:
     with open(path, "rb") as f:
         text = f.read(MAX_BYTES + 1)
     try:
-        m = json.loads(text, parse_constant=lambda c: _fail(path, f"{c} is not JSON"))
+        m = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError) as exc:
         _fail(path, f"not valid JSON ({str(exc)[:80]})")
     _obj(m, path, ("format", "version", "library", "step", "processes", "meshes", "tree", "leaves", "files"))
