@@ -149,8 +149,8 @@ class Reader:
         self.log.add(file, tensor, box, out.nbytes)
         whole = all(lo == 0 and hi == n for (lo, hi), n in zip(local, shape))
         if whole and self.verify != "none" and _crc(out) != crc:
-            raise CheckpointError(f"checkpoint file {path} is corrupt: tensor {tensor!r} ({what}) fails its CRC-32 "
-                                  "check", fix="copy the file again from the original checkpoint")
+            raise CheckpointError(f"checkpoint file {path} is corrupt: tensor {tensor!r} (a block of {what}) fails "
+                                  "its CRC-32 check", fix="copy the file again from the original checkpoint")
         return from_words(out, dtype).reshape(tuple(hi - lo for lo, hi in box))
 
     def close(self) -> None:

@@ -120,11 +120,11 @@ def _tensor(root: str, m: dict, record: dict, target, mesh, reader: Reader):
     named = f"{where} (file {first['file']}, tensor {first['tensor']})"
     if isinstance(target, DistTensor):
         _check_like(named, shape, element, target.shape, target.type.policy)
-        return _dist(named, shape, element, grid, target.layout, mesh or target.mesh, reader)
+        return _dist(named, shape, element, grid, target.layout, mesh or target.mesh, reader, record["path"])
     if isinstance(target, (ShardSpec, ShardLayout)):
         if mesh is None:
             raise CheckpointError(f"{named}: like= gives a layout but no mesh", fix="pass mesh=a dist.Mesh")
-        return _dist(named, shape, element, grid, target, mesh, reader)
+        return _dist(named, shape, element, grid, target, mesh, reader, record["path"])
     if target is None and record["kind"] == "dist":
         saved = m["meshes"][record["mesh"]]
         layout = ShardLayout(tuple(tuple(d) for d in record["layout"]["dims"]), padded=record["layout"]["padded"])
@@ -134,14 +134,14 @@ def _tensor(root: str, m: dict, record: dict, target, mesh, reader: Reader):
             except TesseraError as exc:
                 raise CheckpointError(f"{named}: the saved mesh cannot be rebuilt here: {exc.what}",
                                       fix="pass mesh= (the checkpoint moves the blocks onto it)") from None
-        return _dist(named, shape, element, grid, layout, mesh, reader)
+        return _dist(named, shape, element, grid, layout, mesh, reader, record["path"])
     if target is not None and not isinstance(target, (np.ndarray, np.generic, Array)):
         raise CheckpointError(f"{named} is a tensor in the checkpoint, like= has a {type(target).__name__}",
                               fix="pass a DistTensor, layout, array or None for it in like=")
     if target is not None:
         want = target.type.policy if isinstance(target, Array) else element_of_dtype(np.asarray(target).dtype)
         _check_like(named, shape, element, np.shape(target), want)
-    data = _whole(named, shape, dtype, grid, reader)
+    data = _whole(shape, dtype, grid, reader, record["path"])
     if isinstance(target, Array) or (target is None and record["kind"] == "array"):
         return Array(data, TensorType(shape, element))
     if isinstance(target, np.generic) or (target is None and record.get("scalar")):
@@ -157,16 +157,16 @@ def _check_like(named: str, shape, element, want_shape, want_element) -> None:
                               fix="restore into a like= of the saved shape and policy, or convert after restoring")
 
 
-def _whole(named: str, shape, dtype, grid: SavedGrid, reader: Reader) -> np.ndarray:
+def _whole(shape, dtype, grid: SavedGrid, reader: Reader, leaf: str) -> np.ndarray:
     out = np.empty(shape, dtype)
     box = tuple((0, n) for n in shape)
     for shard, inter in grid.overlapping(box):
         out[tuple(slice(lo, hi) for lo, hi in inter)] = reader.read(
-            shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter, dtype, named)
+            shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter, dtype, leaf)
     return out
 
 
-def _dist(named: str, shape, element, grid: SavedGrid, layout, mesh: Mesh, reader: Reader) -> DistTensor:
+def _dist(named: str, shape, element, grid: SavedGrid, layout, mesh: Mesh, reader: Reader, leaf: str) -> DistTensor:
     """The saved tensor as a DistTensor on ``mesh`` in ``layout``: each block of this process
     filled from the saved blocks it meets (CKPT-RESTORE-2)."""
     try:
@@ -188,5 +188,5 @@ def _dist(named: str, shape, element, grid: SavedGrid, layout, mesh: Mesh, reade
         for shard, inter in grid.overlapping(box):
             dest = tuple(slice(lo - b, hi - b) for (lo, hi), (b, _) in zip(inter, box))
             block[dest] = reader.read(shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter,
-                                      ttype.dtype, named)
+                                      ttype.dtype, leaf)
     return DistTensor(ttype, mesh, local)
