@@ -62,7 +62,12 @@ class SavedGrid:
 
     def __init__(self, shape: tuple, shards: list, where: str):
         self.shape = shape
-        self.cuts = []
+        self.cuts, self.cells = [], {}
+        if 0 in shape:  # no bytes: nothing saved, nothing to read
+            if shards:
+                raise CheckpointError(f"{where}: a tensor of shape {list(shape)} has saved blocks",
+                                      fix="the manifest is damaged")
+            return
         for d, n in enumerate(shape):
             spans = sorted({s["box"][d] for s in shards})
             if spans and (spans[0][0] != 0 or spans[-1][1] != n or any(
@@ -70,19 +75,20 @@ class SavedGrid:
                 raise CheckpointError(f"{where}: the saved blocks of dimension {d} ({spans[:4]}...) do not tile "
                                       f"0..{n}", fix="the manifest is damaged")
             self.cuts.append(spans)
-        self.cells = {}
         for s in shards:
             key = tuple(self.cuts[d].index(s["box"][d]) for d in range(len(shape)))
             if key in self.cells:
                 raise CheckpointError(f"{where}: two saved blocks cover {s['box']}", fix="the manifest is damaged")
             self.cells[key] = s
         expected = int(np.prod([len(c) for c in self.cuts])) if shape else 1
-        if (len(self.cells) != expected and 0 not in shape) or (not shape and len(shards) != 1):
+        if len(self.cells) != expected:
             raise CheckpointError(f"{where}: {len(self.cells)} saved blocks do not cover the tensor "
                                   f"({expected} expected)", fix="the manifest is damaged")
 
     def overlapping(self, box: tuple):
         """``(saved shard, intersection box)`` for every saved block meeting ``box``."""
+        if 0 in self.shape:
+            return
         ranges = []
         for d, (lo, hi) in enumerate(box):
             spans = self.cuts[d]

@@ -109,41 +109,66 @@ def _expect(target, types: tuple, where: str, what: str) -> None:
                               fix="pass a like= tree of the saved kinds")
 
 
+def _element(record: dict, dtype: np.dtype, where: str):
+    """The saved element type: recorded for Arrays and DistTensors, the dtype's for NumPy arrays."""
+    if "element" in record:
+        element = decode_element(record["element"], where)
+        if TensorType((), element).dtype != dtype:
+            raise CheckpointError(f"{where}: dtype {dtype} does not hold {element}", fix="the manifest is damaged")
+        return element
+    try:
+        element = element_of_dtype(dtype)
+    except TesseraError:
+        element = None
+    if element is None or TensorType((), element).dtype != dtype:
+        raise CheckpointError(f"{where}: a NumPy array of dtype {dtype} has no tessera element type",
+                              fix="restore it as an array (like= an array or None) and convert it")
+    return element
+
+
+def _saved_layout(record: dict, where: str) -> ShardLayout:
+    try:
+        return ShardLayout(tuple(tuple(d) for d in record["layout"]["dims"]), padded=record["layout"]["padded"])
+    except TesseraError as exc:
+        raise CheckpointError(f"{where}: the recorded layout is invalid: {exc.what}",
+                              fix="the manifest is damaged") from None
+
+
 def _tensor(root: str, m: dict, record: dict, target, mesh, reader: Reader):
     where = f"{root}: {record['path']}"
     shape, dtype = tuple(record["shape"]), numpy_dtype(record["dtype"], where)
-    element = decode_element(record["element"], where) if "element" in record else element_of_dtype(dtype)
-    if TensorType(shape, element).dtype != dtype:
-        raise CheckpointError(f"{where}: dtype {dtype} does not hold {element}", fix="the manifest is damaged")
     grid = SavedGrid(shape, record["shards"], where)
     first = record["shards"][0] if record["shards"] else {"file": "-", "tensor": "-"}
     named = f"{where} (file {first['file']}, tensor {first['tensor']})"
     if isinstance(target, DistTensor):
+        element = _element(record, dtype, where)
         _check_like(named, shape, element, target.shape, target.type.policy)
         return _dist(named, shape, element, grid, target.layout, mesh or target.mesh, reader, record["path"])
     if isinstance(target, (ShardSpec, ShardLayout)):
         if mesh is None:
             raise CheckpointError(f"{named}: like= gives a layout but no mesh", fix="pass mesh=a dist.Mesh")
-        return _dist(named, shape, element, grid, target, mesh, reader, record["path"])
+        return _dist(named, shape, _element(record, dtype, where), grid, target, mesh, reader, record["path"])
     if target is None and record["kind"] == "dist":
         saved = m["meshes"][record["mesh"]]
-        layout = ShardLayout(tuple(tuple(d) for d in record["layout"]["dims"]), padded=record["layout"]["padded"])
         if mesh is None:
             try:
                 mesh = Mesh(saved["axes"], saved["devices"], saved["shape"])
             except TesseraError as exc:
                 raise CheckpointError(f"{named}: the saved mesh cannot be rebuilt here: {exc.what}",
                                       fix="pass mesh= (the checkpoint moves the blocks onto it)") from None
-        return _dist(named, shape, element, grid, layout, mesh, reader, record["path"])
+        return _dist(named, shape, _element(record, dtype, where), grid, _saved_layout(record, where), mesh, reader,
+                     record["path"])
     if target is not None and not isinstance(target, (np.ndarray, np.generic, Array)):
         raise CheckpointError(f"{named} is a tensor in the checkpoint, like= has a {type(target).__name__}",
                               fix="pass a DistTensor, layout, array or None for it in like=")
-    if target is not None:
-        want = target.type.policy if isinstance(target, Array) else element_of_dtype(np.asarray(target).dtype)
-        _check_like(named, shape, element, np.shape(target), want)
+    as_array = isinstance(target, Array) or (target is None and record["kind"] == "array")
+    if isinstance(target, Array):
+        _check_like(named, shape, _element(record, dtype, where), target.shape, target.type.policy)
+    elif target is not None:
+        _check_like(named, shape, dtype, np.shape(target), np.asarray(target).dtype)
     data = _whole(shape, dtype, grid, reader, record["path"])
-    if isinstance(target, Array) or (target is None and record["kind"] == "array"):
-        return Array(data, TensorType(shape, element))
+    if as_array:
+        return Array(data, TensorType(shape, _element(record, dtype, where)))
     if isinstance(target, np.generic) or (target is None and record.get("scalar")):
         return data[()]
     return data

@@ -130,6 +130,8 @@ def _describe(i: int, leaf, path: str, meshes: list, mine: dict, rank: int) -> d
 def _whole(i: int, data: np.ndarray, record: dict, mine: dict, rank: int) -> dict:
     """A host value: one block, written by process 0."""
     name = f"{i}.0"
+    if not data.size:  # nothing to store (CKPT-SAVE-2: empty blocks are left out)
+        return {**record, "shape": list(data.shape), "dtype": data.dtype.name, "shards": []}
     if rank == 0:
         mine[name] = stored_words(data)
     box = [(0, n) for n in data.shape]

@@ -155,3 +155,15 @@ def test_the_byte_runs_of_a_box_are_exactly_its_bytes_in_order():
         mask[tuple(slice(lo, hi) for lo, hi in box)] = True
         got = [b for start, length in _runs(shape, box, 2) for b in range(start, start + length)]
         assert got == [2 * e + k for e in np.flatnonzero(mask.reshape(-1)) for k in range(2)]
+
+
+def test_numpy_dtypes_and_empty_tensors_come_back(tmp_path):
+    import ml_dtypes
+    tree = {"u16": np.arange(3, dtype=np.uint16), "i32": np.arange(3, dtype=np.int32) - 1,
+            "bf": np.array([1.5, -0.0], ml_dtypes.bfloat16), "c": np.array([1 - 2j], np.complex64),
+            "empty": np.zeros((0, 3), np.float32),
+            "none": dist.tensor((0, 4), None, dist.Mesh(("tp",), range(2)), data=np.zeros((0, 4), np.float32))}
+    checkpoint.save(tmp_path / "ck", tree)
+    assert_same_leaves(_leaves(checkpoint.restore(tmp_path / "ck")), _leaves(tree))
+    with pytest.raises(checkpoint.CheckpointError, match="dtype uint16 has no tessera element type"):
+        checkpoint.restore(tmp_path / "ck", like={**tree, "u16": S()}, mesh=dist.Mesh(("tp",), range(2)))
