@@ -15,7 +15,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from ..errors import CheckpointError
-from .leaves import NATIVE, from_words, safetensors_dtype, stored_dtype
+from .leaves import NATIVE, safetensors_dtype, stored_dtype
 
 _SAFETENSORS_NP = {name: dtype for dtype, name in NATIVE.items()}
 
@@ -119,7 +119,8 @@ class Reader:
                                           f"manifest says {want[0]} {want[1]}",
                                           fix="the file belongs to another checkpoint; copy the right one")
                 offsets[tensor] = entry["start"]
-            return fd, offsets
+            mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ) if size else None
+            return fd, offsets, mapped
         except BaseException:
             os.close(fd)
             raise
@@ -135,29 +136,45 @@ class Reader:
                     bad.append(repr(tensor))
         return bad
 
-    def read(self, file: str, tensor: str, offset: tuple, box: tuple, dtype: np.dtype, what: str) -> np.ndarray:
-        """Box ``box`` (global coordinates) of the saved tensor whose box starts at ``offset``."""
-        fd, starts = self._handle(file)
+    def read_into(self, dest: np.ndarray, file: str, tensor: str, offset: tuple, box: tuple, what: str) -> None:
+        """Fill ``dest`` (a view of the value dtype, of the box's shape) with box ``box`` (global
+        coordinates) of the saved tensor whose box starts at ``offset``. Runs of a page or more
+        are read with ``pread`` (straight into ``dest`` when the box is the whole block and
+        ``dest`` is contiguous); shorter runs are copied out of a memory map of the file, which
+        the operating system reads by pages (CKPT-RESTORE-3)."""
+        fd, starts, mapped = self._handle(file)
         _, shape, crc = self.entries[file][tensor]
         path = os.path.join(self.root, file)
         local = [(lo - o, hi - o) for (lo, hi), o in zip(box, offset)] or [(0, 1)]
-        out = np.empty(tuple(hi - lo for lo, hi in local), stored_dtype(dtype))
-        runs = _runs(shape, local, out.itemsize)
-        buf = memoryview(out).cast("B") if out.size else None
-        for at, (start, length) in enumerate(runs):
-            _pread_into(fd, buf[at * length:(at + 1) * length], starts[tensor] + start, path)
-        self.log.add(file, tensor, box, out.nbytes)
+        words = dest if dest.ndim else dest.reshape(1)  # a view: the box has the block's rank
+        words = words.view(stored_dtype(dest.dtype)) if words.dtype != stored_dtype(dest.dtype) else words
+        runs = _runs(shape, local, words.itemsize)
         whole = all(lo == 0 and hi == n for (lo, hi), n in zip(local, shape))
-        if whole and self.verify != "none" and _crc(out) != crc:
+        if runs and runs[0][1] < _PAGE and len(runs) > 1:
+            saved = np.ndarray(shape, words.dtype, buffer=mapped, offset=starts[tensor])
+            words[...] = saved[tuple(slice(lo, hi) for lo, hi in local)]
+        elif runs:
+            target = words if words.flags.c_contiguous else np.empty(words.shape, words.dtype)
+            buf = memoryview(target.reshape(-1)).cast("B")
+            for at, (start, length) in enumerate(runs):
+                _pread_into(fd, buf[at * length:(at + 1) * length], starts[tensor] + start, path)
+            if target is not words:
+                words[...] = target
+        self.log.add(file, tensor, box, words.nbytes)
+        if whole and self.verify != "none" and _crc(np.ascontiguousarray(words)) != crc:
             raise CheckpointError(f"checkpoint file {path} is corrupt: tensor {tensor!r} (a block of {what}) fails "
                                   "its CRC-32 check", fix="copy the file again from the original checkpoint")
-        return from_words(out, dtype).reshape(tuple(hi - lo for lo, hi in box))
 
     def close(self) -> None:
         with self._lock:
-            for fd, _ in self._open.values():
+            for fd, _, mapped in self._open.values():
+                if mapped is not None:
+                    mapped.close()
                 os.close(fd)
             self._open.clear()
+
+
+_PAGE = 4096
 
 
 def _runs(shape: tuple, box: list, itemsize: int) -> list:

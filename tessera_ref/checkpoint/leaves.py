@@ -6,8 +6,6 @@ is recorded by its field names and restored as that class only through ``like=``
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import CheckpointError, TesseraError
@@ -133,8 +131,7 @@ def decode_scalar(leaf: dict, where: str):
         if kind == "int" and isinstance(value, str) and len(value) <= 400:
             return int(value)
         if kind == "float" and isinstance(value, str) and len(value) <= 40:
-            out = float.fromhex(value)
-            return out
+            return float.fromhex(value)
         if kind == "str" and isinstance(value, str):
             return value
     except ValueError:
@@ -206,7 +203,3 @@ def decode_tree(node, leaves, depth: int = 0):
     if kind in ("dict", "record") and isinstance(keys, list) and len(keys) == len(items):
         return dict(zip(keys, items))
     raise CheckpointError(f"the manifest's tree has a node of kind {kind!r}", fix="the manifest is damaged")
-
-
-def count(shape) -> int:
-    return math.prod(shape)

@@ -186,8 +186,8 @@ def _whole(shape, dtype, grid: SavedGrid, reader: Reader, leaf: str) -> np.ndarr
     out = np.empty(shape, dtype)
     box = tuple((0, n) for n in shape)
     for shard, inter in grid.overlapping(box):
-        out[tuple(slice(lo, hi) for lo, hi in inter)] = reader.read(
-            shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter, dtype, leaf)
+        reader.read_into(out[tuple(slice(lo, hi) for lo, hi in inter)], shard["file"], shard["tensor"],
+                         tuple(lo for lo, _ in shard["box"]), inter, leaf)
     return out
 
 
@@ -207,11 +207,11 @@ def _dist(named: str, shape, element, grid: SavedGrid, layout, mesh: Mesh, reade
     except LayoutError as exc:
         raise LayoutError(f"restoring {named} onto {mesh!r}: {exc.what}", fix=exc.fix) from None
     ttype = TensorType(shape, element, lay)
-    local = np.zeros(stack + lshape, ttype.dtype)  # padding (past the end of a padded dimension) is zero
+    local = (np.zeros if lay.padded else np.empty)(stack + lshape, ttype.dtype)  # padding is zero
     for index, box in my_blocks(shape, lshape, lay, mesh):
         block = local[index]
         for shard, inter in grid.overlapping(box):
             dest = tuple(slice(lo - b, hi - b) for (lo, hi), (b, _) in zip(inter, box))
-            block[dest] = reader.read(shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter,
-                                      ttype.dtype, leaf)
+            reader.read_into(block[dest], shard["file"], shard["tensor"], tuple(lo for lo, _ in shard["box"]), inter,
+                             leaf)
     return DistTensor(ttype, mesh, local)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from safetensors import SafetensorError
 
 from ..dist.tensor import DistTensor
 from ..dist.world import placement
@@ -63,7 +64,7 @@ def _attempt(fn) -> dict:
         return {"ok": fn()}
     except TesseraError as exc:
         return {"error": exc.what, "fix": exc.fix}
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:
         return {"error": f"{type(exc).__name__}: {exc}", "fix": "check the disk space and the directory's permissions"}
 
 
