@@ -10,6 +10,7 @@ import mmap
 import os
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -28,15 +29,24 @@ def _crc(a: np.ndarray) -> int:
 
 def write_file(path: str, tensors: dict) -> dict:
     """Write ``tensors`` (name -> contiguous stored words) as a safetensors file, fsync it, and
-    return ``{"bytes", "sha256", "crc32": {name: crc}}``."""
-    save_file(tensors, path)
+    return ``{"bytes", "sha256", "crc32": {name: crc}}``. One helper thread computes the CRC-32s
+    while the file is written, then fsyncs it while this thread computes its SHA-256 (both
+    hashes release the GIL)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="tessera-checkpoint") as helper:
+        crcs = helper.submit(lambda: {name: _crc(a) for name, a in tensors.items()})
+        save_file(tensors, path)
+        synced = helper.submit(_fsync, path)
+        sha = sha256_of(path)
+        synced.result()
+        return {"bytes": os.path.getsize(path), "sha256": sha, "crc32": crcs.result()}
+
+
+def _fsync(path: str) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    return {"bytes": os.path.getsize(path), "sha256": sha256_of(path),
-            "crc32": {name: _crc(a) for name, a in tensors.items()}}
 
 
 def sha256_of(path: str) -> str:
@@ -68,14 +78,13 @@ class ReadLog:
 class Reader:
     """Opens the files of one checkpoint lazily — checking the size, the safetensors header
     (bounded, validated) and the dtype, shape and extent of every tensor the manifest puts
-    there — and reads boxes of saved tensors with one ``pread`` per contiguous run of bytes,
-    so that exactly the bytes of the box are read (CKPT-RESTORE-3). Thread-safe: ``pread``
-    carries its own offset."""
+    there — and copies boxes of saved tensors out of them (:meth:`read_into`, CKPT-RESTORE-3).
+    Thread-safe: ``pread`` carries its own offset, the memory map is read-only."""
 
     def __init__(self, root: str, files: dict, verify: str, log: ReadLog):
         self.root, self.files, self.verify, self.log = root, files, verify, log
         self.entries: dict = {}  # file -> {tensor: (dtype, shape, crc)} the manifest expects
-        self._open: dict = {}    # file -> (fd, {tensor: byte offset of its data})
+        self._open: dict = {}    # file -> (fd, {tensor: byte offset of its data}, read-only memory map)
         self._lock = threading.Lock()
 
     def expect(self, file: str, tensor: str, dtype: np.dtype, shape: tuple, crc: int) -> None:
