@@ -9,10 +9,9 @@ import sys
 from safetensors import safe_open
 
 from _ranks import HERE, launch, run
+from checkpoint_programs import digests, tree
 
 PROGRAM = HERE / "checkpoint_programs.py"
-sys.path.insert(0, str(HERE))
-from checkpoint_programs import digests, tree  # noqa: E402
 
 
 def _files(path) -> dict:
