@@ -101,10 +101,13 @@ class Reader:
         names = sorted(self.entries.get(file, {}))
         held = f"(it holds {', '.join(map(repr, names[:4]))}{'...' if len(names) > 4 else ''})"
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint file {path} is missing {held}",
                                   fix="copy the whole checkpoint directory, or restore an older checkpoint") from None
+        except OSError as exc:  # ELOOP: a symbolic link, which could point anywhere (DESIGN §19)
+            raise CheckpointError(f"checkpoint file {path} cannot be opened as a regular file ({exc.strerror}) {held}",
+                                  fix="replace a symbolic link by the file itself") from None
         try:
             size = os.fstat(fd).st_size
             if size != self.files[file]["bytes"]:

@@ -87,6 +87,15 @@ def test_a_missing_or_truncated_file_is_named(tmp_path):
         checkpoint.restore(path, like=tree)
 
 
+def test_a_file_replaced_by_a_symbolic_link_is_not_followed(tmp_path):
+    path, tree = _saved(tmp_path)
+    file, _ = _first_shard(path, "['w']")
+    os.replace(os.path.join(path, file), tmp_path / "elsewhere")
+    os.symlink(tmp_path / "elsewhere", os.path.join(path, file))
+    with pytest.raises(CheckpointError, match=rf"{file} cannot be opened as a regular file .*Fix: replace a symbolic"):
+        checkpoint.restore(path, like=tree)
+
+
 def test_a_file_of_another_checkpoint_is_a_mismatch(tmp_path):
     path, tree = _saved(tmp_path)
     other = checkpoint.save(tmp_path / "other", {"b": np.zeros(12, np.float32), "step": 1,
