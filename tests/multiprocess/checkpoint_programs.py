@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import sys
 
-import numpy as np
 
 from tessera_ref import checkpoint, dist
 from tessera_ref.dist.world import world
