@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import sys
 
-
 from tessera_ref import checkpoint, dist
 from tessera_ref.dist.world import world
 from tessera_ref.numerics.rng import RNGKey
