@@ -280,3 +280,9 @@ class OptimError(TesseraError, ValueError):
     """An optimizer (:mod:`tessera_ref.optim`) given a bad hyperparameter, parameters that are
     not floating-point tensors, or gradients or state whose tree does not match the parameters'
     (the message names the first mismatching path)."""
+
+
+class CheckpointError(TesseraError, ValueError):
+    """A checkpoint that cannot be saved or restored as asked: a corrupt (SHA-256 or CRC
+    mismatch), missing, truncated or mismatched file, a manifest that fails validation, or a
+    tree that does not match the checkpoint's; the message names the file and the tensor."""

@@ -34,6 +34,7 @@ LAYERS = [
     ["lowering"],
     [("backends", "backends.base", "backends.registry", "backends.p2p")],
     ["runtime"],
+    ["checkpoint"],
     ["interp", "backends.*"],
     ["gpucheck"],
     [("cli", "__init__", "__main__", "op", "graph", "demo", "runner")],

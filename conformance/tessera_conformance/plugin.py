@@ -38,7 +38,7 @@ CASES = Path(__file__).resolve().parent / "cases"
 PROFILES = {"numerics": "single-device", "graph_ir": "single-device", "autodiff": "single-device",
             "fuzz": "single-device",
             "tiles": "kernel", "lowering": "kernel", "mesh": "mesh", "sim": "mesh", "backends": "mesh",
-            "runtime": "single-device"}
+            "runtime": "single-device", "checkpoint": "mesh"}
 _MATRIX = pytest.StashKey[Matrix]()
 _WATCHES: dict = {}  # backend name -> Watch, in this process
 
