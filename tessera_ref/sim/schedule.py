@@ -65,6 +65,24 @@ class Scheduler:
             self._last[device] = done
         return event
 
+    def place_each(self, devices, stream: str, lane: int, name: str, duration: float, args: dict, reads=(),
+                   writes=()) -> None:
+        """Put the op on each of ``devices`` (indices) at its :meth:`earliest` start: what
+        ``place(d, …, earliest(d, …), …)`` does for each ``d`` in turn, without a call per device
+        (the per-op loop over a mesh's devices, SIM-TL-1)."""
+        timeline, causes, lane_end, ready, last = self.timeline, self.causes, self._lane_end, self._ready, self._last
+        add, overlap = timeline.add, self.overlap
+        for d in devices:
+            start = self.earliest(d, stream, lane, reads) if overlap else last[d]
+            end = add(Event(d, stream, name, start[0], duration, args, lane)).end
+            done = (end, len(causes))
+            causes.append(start[1])
+            lane_end[d, stream, lane] = done
+            for v in writes:
+                ready[v, d] = done
+            if end >= last[d][0]:
+                last[d] = done
+
     def forward(self, devices, reads, writes) -> None:
         """Values ``writes`` are ready on ``devices`` when the latest of ``reads`` is (an op
         that moves nothing, e.g. a collective over one device)."""
