@@ -369,23 +369,7 @@ def _account(t: DistTensor) -> None:
     machine = sim.current()
     if machine is None:
         return
-    nbytes = t.nbytes_per_device
-    label = t.name or str(t.type)
-    location = user_location()  # the same line for every device: found once
-    handles = []
-    live = machine.memory.live
-    # by name (sub-meshes too); the fullest device first: when the tensor does not fit, it fails
-    # before any other device is charged, so no peak, warning or timeline sample is left behind (SIM-MEM-4)
-    devices = sorted(machine.present(t.mesh.devices), key=lambda d: -live(d))
-    try:
-        for d in devices:
-            handles.append(machine.alloc(d, nbytes, label, location))
-    except BaseException:
-        _free(machine, handles)  # an out-of-memory error leaves the accountant as it was
-        raise
-    t._finalizer = weakref.finalize(t, _free, machine, handles)
-
-
-def _free(machine, handles) -> None:
-    for h in handles:
-        machine.free(h)
+    # by name: sub-meshes too, and meshes of which the machine has only some devices
+    handles = machine.alloc_each(machine.present(t.mesh.devices), t.nbytes_per_device, t.name or str(t.type),
+                                 user_location())
+    t._finalizer = weakref.finalize(t, machine.free_each, handles)

@@ -133,8 +133,12 @@ class Machine:
     def alloc(self, device, nbytes: int, name: str, location: str | None = None) -> Allocation:
         """Charge ``nbytes`` of tensor ``name`` to ``device`` (SIM-MEM-1 … SIM-MEM-3); returns
         the handle to :meth:`free`."""
-        self._room(1, f"allocating {name!r}")
-        handle = self.memory.alloc(device, nbytes, name, location if location is not None else user_location())
+        return self._charge(device, nbytes, name, location if location is not None else user_location(),
+                            f"allocating {name!r}")
+
+    def _charge(self, device, nbytes: int, name: str, location: str | None, what: str) -> Allocation:
+        self._room(1, what)
+        handle = self.memory.alloc(device, nbytes, name, location)
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
         return handle
 
@@ -142,6 +146,27 @@ class Machine:
         """Give back the bytes of ``handle`` (always recorded: it ends an allocation the bound let in)."""
         self.memory.free(handle)
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
+
+    def alloc_each(self, devices, nbytes: int, name: str, location: str | None = None) -> list:
+        """:meth:`alloc` of ``nbytes`` of tensor ``name`` on each of ``devices`` (indices), the
+        fullest first: when the tensor does not fit, it fails before any other device is charged,
+        so no peak, warning or timeline sample is left behind (SIM-MEM-4), and nothing stays
+        charged. Returns the handles, for :meth:`free_each`."""
+        location = location if location is not None else user_location()
+        live, what = self.memory.live, f"allocating {name!r}"
+        handles = []
+        try:
+            for d in sorted(devices, key=lambda d: -live(d)):
+                handles.append(self._charge(d, nbytes, name, location, what))
+        except BaseException:
+            self.free_each(handles)  # an out-of-memory error leaves the accountant as it was
+            raise
+        return handles
+
+    def free_each(self, handles) -> None:
+        """:meth:`free` of each of ``handles``, in order."""
+        for h in handles:
+            self.free(h)
 
     # -- compute ------------------------------------------------------------------------------
     def record_compute(self, devices, name: str, cost, dtype, location: str | None = None,

@@ -22,7 +22,7 @@ __all__ = ["Allocation", "MemoryAccountant", "WARN_FRACTION"]
 WARN_FRACTION = Fraction(4, 5)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     """The handle of one live tensor on one device: what :meth:`MemoryAccountant.alloc`
     returns and :meth:`MemoryAccountant.free` takes."""
