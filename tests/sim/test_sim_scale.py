@@ -47,6 +47,9 @@ def _run(n: int, layers: int, monkeypatch) -> int:
             w2 = dist.tensor((256, 64), S(("row",), ("tp",)), mesh, dtype="bf16")
             x = x + dist.all_reduce(op.matmul(op.gelu(op.matmul(x, w1)), w2), axis="tp")
     assert len(machine.timeline.events) == layers * 5 * n  # matmul, gelu, matmul, all_reduce, add
+    # the program-order schedule keeps no state per value and device (only the overlapped one reads it)
+    in_order = machine._schedule(False)
+    assert not in_order._ready and not in_order._lane_end and len(machine._schedule(True)._ready) >= layers * 4 * n
     return _Counting.lookups
 
 
