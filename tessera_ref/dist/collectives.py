@@ -124,8 +124,8 @@ def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) ->
     """Tell the listeners (the active simulated machine) about the collective; returns the id
     of the value it writes."""
     wrote = events.fresh_id()
-    events.collective(kind, _named_groups(x.mesh, axes), x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes),
-                      reads=(events.value_id(x),), writes=(wrote,))
+    events.collective(kind, _named_groups(x.mesh, axes), x.nbytes_per_device if nbytes is None else nbytes,
+                      axis="+".join(axes), reads=(events.value_id(x),), writes=(wrote,))
     return wrote
 
 

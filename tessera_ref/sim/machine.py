@@ -82,7 +82,7 @@ class Machine:
         self._schedules = (Scheduler(len(self.device_names), overlap), Scheduler(len(self.device_names), not overlap))
         self.timeline = self._schedules[0].timeline
         self._calls = 0  # record_collective / record_transfer calls so far: each event's "call" id
-        self._looked_up: dict = {}  # (id of a tuple of devices, absent ok) -> (the tuple, its indices)
+        self._looked_up: dict = {}  # (id of a tuple of devices or groups, what) -> (the tuple, its indices)
 
     def __repr__(self) -> str:
         return f"Machine({self.preset.name!r}, {self.n_devices} devices)"
