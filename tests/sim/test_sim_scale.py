@@ -70,3 +70,16 @@ def test_device_names_find_each_name_by_its_position():
             resolve_device(bad, names)
     with pytest.raises(SimError, match="distinct"):
         device_names(2, ["a", "a"])
+
+
+def test_memory_samples_are_held_as_columns_and_read_as_tuples():
+    from tessera_ref.sim.timeline import MemorySamples
+    samples = MemorySamples()
+    samples.append((3, 0.5, 1024))
+    samples.append((0, 1.25, 2**70))  # past 2^63 bytes: kept exactly, as Python ints
+    assert len(samples) == 2 and list(samples) == [(3, 0.5, 1024), (0, 1.25, 2**70)]
+    assert samples[-1] == (0, 1.25, 2**70) and samples[:1] == [(3, 0.5, 1024)]
+    m = sim.machine("H100", devices=2)
+    h = m.alloc("cuda:1", 100, "t")
+    m.free(h)
+    assert list(m.timeline.memory_samples) == [(1, 0.0, 100), (1, 0.0, 0)]
