@@ -34,6 +34,7 @@ received when a scope ends are reported there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -112,13 +113,19 @@ def _new(x: DistTensor, layout, local, shape=None, value: int | None = None) -> 
     return events.bind(DistTensor(ttype, x.mesh, local, x.name), events.value_id(x) if value is None else value)
 
 
+@functools.lru_cache(maxsize=64)
+def _named_groups(mesh: Mesh, axes: tuple) -> tuple:
+    """The device groups of a collective over ``axes`` of ``mesh``, by name (sub-meshes too): one
+    tuple per mesh and axes, which the simulated machine resolves once (SIM-TL-1)."""
+    return tuple(tuple(mesh.devices[d] for d in g) for g in mesh.groups(axes))
+
+
 def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) -> int:
     """Tell the listeners (the active simulated machine) about the collective; returns the id
     of the value it writes."""
-    groups = [tuple(x.mesh.devices[d] for d in g) for g in x.mesh.groups(axes)]  # by name: sub-meshes too
     wrote = events.fresh_id()
-    events.collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes),
-                      reads=(events.value_id(x),), writes=(wrote,))
+    events.collective(kind, _named_groups(x.mesh, axes), x.nbytes_per_device if nbytes is None else nbytes,
+                      axis="+".join(axes), reads=(events.value_id(x),), writes=(wrote,))
     return wrote
 
 

@@ -143,7 +143,7 @@ def _record_compute(prim, attrs, moved, out_types, layouts, location) -> tuple:
     local_out = tuple(TensorType(local_shape(t.shape, lay, mesh), t.policy) for t, lay in zip(out_types, layouts))
     cost = prim.cost(Call(prim, attrs, local_in, local_out, location))
     wrote = tuple(events.fresh_id() for _ in out_types)
-    events.compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
+    events.compute(mesh.devices, prim.name, cost, local_out[0].format.name
                    if local_out[0].element_kind is None else "f32", location=location,
                    reads=tuple(events.value_id(x) for x in moved), writes=wrote)
     return wrote

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError
+from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError, user_location
 from ..ir import ShardLayout, TensorType
 from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
 from ..numerics.packing import packed_nbytes
@@ -355,7 +355,7 @@ def require_memory(types, mesh: Mesh, location: str | None) -> None:
     machine = sim.current()
     if machine is None:
         return
-    devices = [dev for dev in mesh.devices if dev in machine.device_names]
+    devices = machine.present(mesh.devices)  # by name: sub-meshes too
     if not devices:
         return
     fullest = max(devices, key=machine.memory.live)
@@ -369,22 +369,7 @@ def _account(t: DistTensor) -> None:
     machine = sim.current()
     if machine is None:
         return
-    nbytes = t.nbytes_per_device
-    label = t.name or str(t.type)
-    handles = []
-    devices = [dev for dev in t.mesh.devices if dev in machine.device_names]  # by name: sub-meshes too
-    # the fullest device first: when the tensor does not fit, it fails before any other device is
-    # charged, so no peak, warning or timeline sample is left behind (SIM-MEM-4)
-    devices.sort(key=lambda dev: -machine.memory.live(dev))
-    try:
-        for dev in devices:
-            handles.append(machine.alloc(dev, nbytes, label))
-    except BaseException:
-        _free(machine, handles)  # an out-of-memory error leaves the accountant as it was
-        raise
-    t._finalizer = weakref.finalize(t, _free, machine, handles)
-
-
-def _free(machine, handles) -> None:
-    for h in handles:
-        machine.free(h)
+    # by name: sub-meshes too, and meshes of which the machine has only some devices
+    handles = machine.alloc_each(machine.present(t.mesh.devices), t.nbytes_per_device, t.name or str(t.type),
+                                 user_location())
+    t._finalizer = weakref.finalize(t, machine.free_each, handles)
