@@ -74,7 +74,7 @@ class MPITransport(Transport):
     def _wrong_size(self, peer: int, sent: str, expected: int) -> CollectiveError:
         """The error of ``peer`` having sent another size than this process expected."""
         return CollectiveError(f"rank {self.rank}: rank {peer} sent {sent} where this rank expected {expected} bytes, "
-                              f"in {self.call or 'a message outside any collective'} — the processes are not running "
+                              f"in {self.call.describe() if self.call else 'a message outside any collective'} — the processes are not running "
                               f"the same collective", fix="every process must issue the same collectives, in the same "
                                                       "order, with the same operands' shapes and formats (SPMD)")
 

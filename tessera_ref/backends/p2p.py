@@ -81,8 +81,8 @@ class Transport(abc.ABC):
     """Point-to-point messages between the processes of one program (``rank`` of ``size``).
     ``bytes_sent`` counts the payload bytes this process has sent, ``signature_bytes`` the
     bytes of collectives' signatures (MESH-MP-10), ``collectives`` the signatures exchanged so
-    far (the sequence number of the last), and ``call`` describes the collective being carried
-    out (for errors), or is None."""
+    far (the sequence number of the last), and ``call`` is the signature of the collective being
+    carried out (named by errors), or None."""
 
     name = ""
     rank = 0
@@ -216,7 +216,7 @@ class P2PCommunicator(Communicator):
         t.collectives += 1
         mine = signature.Signature(kind, op or "", fmt, tuple(int(n) for n in stacked.shape), tuple(axes),
                                    tuple(group), detail, t.collectives, user_location() or "")
-        t.call = mine.describe()
+        t.call = mine
         received = t.exchange_signatures(mine.encode(), [r for r in group if r != t.rank])
         signature.check(mine, t.rank, received)
 

@@ -9,15 +9,16 @@ of its group, and moves data only when every signature agrees (:func:`check`). R
 disagree all raise a :class:`~tessera_ref.errors.CollectiveError` naming both calls and both
 lines; nothing has been moved, so no rank is left waiting for a payload.
 
-A signature travels as :data:`SIGNATURE_BYTES` bytes (:meth:`Signature.encode`), so that the
+A signature travels as :data:`SIGNATURE_BYTES` bytes (:attr:`Signature.wire`), so that the
 receiver knows its size whatever the sender called — on NCCL, whose receives must know their
-size, as on MPI.
+size, as on MPI; agreeing signatures are told apart from others by comparing bytes.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -68,51 +69,53 @@ class Signature:
         return (f"{self.kind}({'+'.join(self.axes)}{op}{detail}) of {self.dtype} local shape {self.shape} among "
                 f"processes {list(self.group)}, collective #{self.seq}, at {self.location or '?'}")
 
+    @cached_property
+    def wire(self) -> bytes:
+        """The signature as sent: the magic word, the JSON of :meth:`key` (a detail or group too
+        long to fit as its SHA-256), a newline, the source line (a long path keeps its end),
+        padded with zero bytes to :data:`SIGNATURE_BYTES`."""
+        kind, op, dtype, shape, axes, group, detail, seq = self.key()
+        head = _MAGIC + json.dumps([kind, op, dtype, list(shape), list(axes), list(group), detail, seq],
+                                   separators=(",", ":")).encode() + b"\n"
+        if len(head) > SIGNATURE_BYTES:
+            detail, group = (["sha256:" + hashlib.sha256(repr(v).encode()).hexdigest()] for v in (detail, group))
+            head = _MAGIC + json.dumps([kind, op, dtype, list(shape), list(axes), group, detail[0], seq],
+                                       separators=(",", ":")).encode() + b"\n"
+        location = (self.location or "").encode()
+        room = SIGNATURE_BYTES - len(head)
+        if len(location) > room:
+            location = b"..." + location[len(location) - room + 3:] if room > 3 else b""
+        return (head + location).ljust(SIGNATURE_BYTES, b"\0")
+
     def encode(self) -> np.ndarray:
-        """The signature as :data:`SIGNATURE_BYTES` bytes (a long source path keeps its end)."""
-        fields = {"kind": self.kind, "op": self.op, "dtype": self.dtype, "shape": list(self.shape),
-                  "axes": list(self.axes), "group": list(self.group), "detail": self.detail, "seq": self.seq}
-
-        def packed(location: str) -> bytes:
-            return _MAGIC + json.dumps({**fields, "location": location}, separators=(",", ":")).encode()
-
-        if len(packed("")) > SIGNATURE_BYTES:   # a detail or group too long to carry: digests stand for them
-            fields["detail"] = "sha256:" + hashlib.sha256(self.detail.encode()).hexdigest()
-            fields["group"] = ["sha256:" + hashlib.sha256(repr(self.group).encode()).hexdigest()]
-        location = self.location or ""
-        text = packed(location)
-        while len(text) > SIGNATURE_BYTES and location:   # drop the excess and more from the front (5+ for "...")
-            location = "..." + location[len(text) - SIGNATURE_BYTES + 4:] if len(location) > 3 else ""
-            text = packed(location)
-        out = np.zeros(SIGNATURE_BYTES, np.uint8)
-        out[:len(text)] = np.frombuffer(text, np.uint8)
-        return out
+        """:attr:`wire` as an array of :data:`SIGNATURE_BYTES` bytes."""
+        return np.frombuffer(self.wire, np.uint8)
 
     @classmethod
-    def decode(cls, data: np.ndarray) -> "Signature | None":
+    def decode(cls, data) -> "Signature | None":
         """The signature in ``data``, or None when it is not one (a peer at another point of the
         program sent a payload where this process expects a signature)."""
         raw = np.asarray(data, np.uint8).tobytes().rstrip(b"\0")
-        if not raw.startswith(_MAGIC):
+        head, newline, location = raw.partition(b"\n")
+        if not (head.startswith(_MAGIC) and newline):
             return None
         try:
-            f = json.loads(raw[len(_MAGIC):].decode())
-            return cls(f["kind"], f["op"], f["dtype"], tuple(f["shape"]), tuple(f["axes"]), tuple(f["group"]),
-                       f["detail"], int(f["seq"]), f["location"])
-        except (ValueError, KeyError, TypeError):
+            kind, op, dtype, shape, axes, group, detail, seq = json.loads(head[len(_MAGIC):].decode())
+            return cls(kind, op, dtype, tuple(shape), tuple(axes), tuple(group), detail, int(seq),
+                       location.decode(errors="replace"))
+        except (ValueError, TypeError):
             return None
-
 
 
 def check(mine: Signature, rank: int, received: dict) -> None:
     """A :class:`CollectiveError` on this process (``rank``) when any peer's signature in
     ``received`` (``{rank: bytes}``) differs from ``mine`` (MESH-MP-10); the first such peer, in
     rank order, is named with its call."""
-    ours = Signature.decode(mine.encode()).key()   # as the peers read it (a long detail as its digest)
+    ours = mine.wire[:mine.wire.index(b"\n") + 1]   # all but the source line, as the peers send theirs
     for peer in sorted(received):
-        theirs = Signature.decode(received[peer])
-        if theirs is not None and theirs.key() == ours:
+        if np.asarray(received[peer], np.uint8).tobytes().startswith(ours):
             continue
+        theirs = Signature.decode(received[peer])
         said = ("sent data that is no collective's signature: it is at another point of the program"
                 if theirs is None else f"called {theirs.describe()}")
         raise CollectiveError(f"rank {rank}: processes disagree on a collective, and no data was moved: this rank "
