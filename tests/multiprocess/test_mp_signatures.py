@@ -54,6 +54,17 @@ def test_mismatched_collectives_raise_on_every_rank_naming_both_calls(case):
     assert want[1] in theirs.split("; rank ")[0] and want[0] in theirs.split("; rank ")[1]
 
 
+def test_with_four_processes_every_rank_raises_naming_the_odd_one():
+    """Ranks 0, 2 and 3 agree and name rank 1, whose call differs; rank 1 names rank 0."""
+    done = run([mpiexec(), "-n", "4", sys.executable, str(FAILURES), "reduce-op"], timeout=90, TESSERA_COMM_TIMEOUT=20)
+    text = done.stdout + done.stderr
+    assert done.returncode != 0 and "gathered" not in text
+    for rank in (0, 2, 3):
+        assert "this rank called all_reduce(r op=sum)" in _disagreement(text, rank)
+        assert "; rank 1 called all_reduce(r op=max)" in _disagreement(text, rank)
+    assert "; rank 0 called all_reduce(r op=sum)" in _disagreement(text, 1)
+
+
 def test_the_launcher_names_the_mismatch_as_the_first_failure():
     done = launch(2, FAILURES, "reduce-op", timeout=60, TESSERA_COMM_TIMEOUT=20)
     assert done.returncode == 1
