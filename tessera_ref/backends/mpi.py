@@ -73,10 +73,11 @@ class MPITransport(Transport):
 
     def _wrong_size(self, peer: int, sent: str, expected: int) -> CollectiveError:
         """The error of ``peer`` having sent another size than this process expected."""
+        during = self.call.describe() if self.call else "a message outside any collective"
         return CollectiveError(f"rank {self.rank}: rank {peer} sent {sent} where this rank expected {expected} bytes, "
-                              f"in {self.call.describe() if self.call else 'a message outside any collective'} — the processes are not running "
-                              f"the same collective", fix="every process must issue the same collectives, in the same "
-                                                      "order, with the same operands' shapes and formats (SPMD)")
+                               f"in {during} — the processes are not running the same collective",
+                               fix="every process must issue the same collectives, in the same order, with the same "
+                                   "operands' shapes and formats (SPMD)")
 
     def _complete(self, requests: list, peers: list, statuses: list, expected: list) -> None:
         """Wait for every request, at most ``timeout`` seconds in all; a peer that does not

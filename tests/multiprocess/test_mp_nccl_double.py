@@ -179,7 +179,8 @@ def test_ranks_that_disagree_all_raise_before_any_payload(kind):
 def test_a_cupy_without_nccl_is_a_backend_error_with_the_fix():
     """CuPy's ``cupy.cuda.nccl`` says ``available = False`` (and lacks NcclCommunicator) when it
     cannot load libnccl: a BackendError naming the install, never CuPy's AttributeError."""
-    with pytest.raises(BackendError, match=r"CuPy .* cannot use it .*Fix: pip install -e '\.\[cuda\]' \(CuPy ≥ 13\.6"):
+    fix = r"Fix: pip install -e '\.\[cuda\]' \(CuPy ≥ 13\.6 and the nvidia-nccl-cu12 wheel"
+    with pytest.raises(BackendError, match=r"CuPy \? cannot use it \(it did not load libnccl\).*" + fix):
         NCCLTransport(World(0, 1), cupy=FakeCupy(), nccl=SimpleNamespace(available=False))
 
 

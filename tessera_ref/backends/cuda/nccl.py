@@ -6,8 +6,9 @@ are those of one process.
 Each exchange is one NCCL group (``groupStart``, a ``recv`` per source and a ``send`` per
 destination, ``groupEnd``) on the GPU of ``LOCAL_RANK``, on the communicator's one
 communication stream (made once: a stream per exchange would leave cached blocks in CuPy's
-per-stream pool); the host arrays are copied to the GPU and back (the reference interpreter's values live on the host, and the ordered fold of
-:func:`~tessera_ref.backends.p2p.fold_ranks` runs there too: nothing is summed on the GPU). The
+per-stream pool); the host arrays are copied to the GPU and back (the reference interpreter's
+values live on the host, and the ordered fold of :func:`~tessera_ref.backends.p2p.fold_ranks`
+runs there too: nothing is summed on the GPU). The
 NCCL unique id travels from rank 0 to the others over MPI when an MPI runtime started the ranks
 (``tessera-ref launch``, ``mpiexec``), else by the rendezvous at ``MASTER_ADDR:MASTER_PORT``
 (:mod:`tessera_ref.backends.cuda.rendezvous`; torchrun, MESH-MP-7). A group that does not finish in
