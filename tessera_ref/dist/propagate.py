@@ -26,7 +26,7 @@ from ..ir import ShardLayout, TensorType
 from ..ir.redistribute import plan
 from ..numerics import ExactAccumulator
 from ..numerics.exactsum import exact_dot_accumulator
-from ..ops.bind import bind, register_dispatch
+from ..ops.bind import bind, register_dispatch, weak_policy
 from ..ops import collective as C
 from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
@@ -36,15 +36,9 @@ from .. import context
 from . import events
 from .redistribute import redistribute
 from .tensor import DistTensor, local_shape, require_memory, stack_shape
+from .world import placement
 
 __all__ = ["apply", "rule_of"]
-
-
-def _weak_policy(operands):
-    for x in operands:
-        if isinstance(x, (DistTensor, Array)) and x.type.element_kind is None:
-            return x.type.policy
-    return None
 
 
 def _as_dist(x, mesh, weak) -> DistTensor:
@@ -116,8 +110,12 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
     call = Call(prim, attrs, local_in, local_out, location)
     outs = [np.empty(grid + t.shape, dtype=t.dtype) for t in local_out]
     backend = context.backend()
+    start = placement(mesh).start
     for index in np.ndindex(*grid):
         args = [x.local[tuple(i if s > 1 else 0 for i, s in zip(index, x.local.shape[:m]))] for x in moved]
+        if plan.device_attrs is not None:  # attributes of this device (MESH-SHARD-1)
+            coords = {a: s0 + i for a, s0, i in zip(mesh.axes, start, index)}
+            call = Call(prim, plan.device_attrs(attrs, coords, mesh, local_in), local_in, local_out, location)
         for out, r in zip(outs, backend.run_op(call, *args)):
             out[index] = r
     return outs
@@ -184,7 +182,7 @@ def apply(prim, operands, attrs, location, static: tuple | None = None):
     if trace is not None or getattr(current_trace(), "capture", None) is not None:
         return _captured(prim, trace or current_trace(), operands, attrs)
     mesh = next(x.mesh for x in operands if isinstance(x, DistTensor))
-    weak = _weak_policy(operands)
+    weak = weak_policy(operands)
     values = [_as_dist(x, mesh, weak) for x in operands]
     if prim.shard is MESH_ONLY:
         return _movers()[prim.name](*values, **attrs)

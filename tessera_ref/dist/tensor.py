@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError
 from ..ir import ShardLayout, TensorType
-from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
+from ..ir.types import ElementKind, element_arg
+from ..numerics import ExactAccumulator, Policy, as_policy, cast
 from ..numerics.packing import packed_nbytes
 from ..ops.random import rand, randn
 from ..ops.values import TensorOperators, asarray
@@ -240,14 +241,26 @@ def _pending(x: np.ndarray, layout: ShardLayout, mesh: Mesh, dtype) -> np.ndarra
 # ---------------------------------------------------------------------------------------------
 # construction
 
-def _resolve_policy(dtype, data) -> Policy:
+def _resolve_policy(dtype, data) -> "Policy | ElementKind":
+    """The element of a new tensor: ``dtype``'s (a format, policy or element kind such as
+    ``"i32"``, GRAPH-TYPE-4), else the data's, else f32."""
     if dtype is None:
         if data is None:
             return as_policy("f32")
         return asarray(data).type.policy
     if isinstance(dtype, str) and dtype in ("fp32", "fp16", "fp64"):
         dtype = {"fp32": "f32", "fp16": "f16", "fp64": "f64"}[dtype]
-    return dtype if isinstance(dtype, Policy) else as_policy(get_format(dtype))
+    return dtype if isinstance(dtype, Policy) else element_arg(dtype, "dist.tensor's dtype")
+
+
+def _to_element(values: np.ndarray, element) -> np.ndarray:
+    """Host ``values`` in ``element``'s storage: NUM-CVT (nearest even) into a format, the
+    checked conversion of :func:`~tessera_ref.ops.values.asarray` into an element kind."""
+    if isinstance(element, ElementKind):
+        return values if values.dtype == element.dtype else asarray(values, dtype=element).data
+    if values.dtype == element.storage.dtype:
+        return values
+    return cast(values, element.storage)
 
 
 def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init=None, seed: int = 0,
@@ -286,8 +299,7 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         if values.shape != shape:
             raise LayoutError(f"data of shape {values.shape} does not match the tensor shape {shape}",
                               fix="pass data with the global shape")
-    if values.dtype != ttype.dtype:
-        values = cast(values, policy.storage)
+    values = _to_element(values, policy)
     local = _split(values, lay.replace(partial=()), mesh, lshape)
     if lay.partial:
         local = _pending(np.broadcast_to(local, stack_shape(lay.replace(partial=()), mesh, whole=True) + lshape),
@@ -318,8 +330,7 @@ def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = No
                               fix="every device must hold a block of the same shape (pad uneven data)")
     policy = _resolve_policy(dtype, shards[0])
     lshape = shards[0].shape
-    dtype_np = policy.storage.dtype
-    full = np.stack([s if s.dtype == dtype_np else cast(s, policy.storage) for s in shards])
+    full = np.stack([_to_element(s, policy) for s in shards])
     full = full.reshape(mesh.shape + lshape)
     lay = resolve_layout(layout, len(lshape))
     stack = stack_shape(lay, mesh, whole=True)
