@@ -191,6 +191,8 @@ def apply(prim, operands, attrs, location, static: tuple | None = None):
                       f"({', '.join(str(v.type) for v in values)})",
                       fix="gather the operands (x.numpy()) and run it on one device")
     out_types, plan, layouts = static or rule_of(prim, tuple(v.type for v in values), attrs, location, mesh)
+    if plan.expand is not None:  # the op runs as other ops, each by its own rule (MESH-SHARD-1)
+        return plan.expand(attrs, *values)
     moved = [redistribute(v, lay) for v, lay in zip(values, plan.operands)]
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
         attrs = plan.local_attrs(attrs, _local_types(moved))
@@ -251,6 +253,8 @@ def trace_apply(prim, trace, values, attrs, location):
     out = prim.infer_types(attrs, tuple(t.with_layout(None) for t in types), location)
     laid = [t if t.layout is not None else t.with_layout(ShardLayout.replicated(t.rank)) for t in types]
     rule = prim.shard(attrs, *[_rule_type(t) for t in laid])
+    if rule.expand is not None:
+        return rule.expand(attrs, *[Tracer(v, trace) for v in values])
     moved = [_collective_steps(trace, v, t.layout, lay, location) if t.layout != lay else v
              for v, t, lay in zip(values, laid, rule.operands)]
     out = tuple(t.with_layout(lay) for t, lay in zip(out, plan_results(rule, out)))

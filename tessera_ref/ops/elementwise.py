@@ -32,7 +32,7 @@ from .values import asarray
 from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
                         same_element, to_storage)
 
-__all__ = ["add", "sub", "mul", "div", "fma", "neg", "abs", "minimum", "maximum", "where",
+__all__ = ["add", "sub", "mul", "div", "fma", "neg", "abs", "minimum", "maximum", "where", "stop_gradient",
            "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
            "logical_and", "logical_or", "logical_not"]
 
@@ -262,6 +262,20 @@ WHERE = define("where", infer=_where_infer, impl=_where_impl, cost=elementwise_c
 def where(cond, a, b):
     """``a`` where ``cond`` (i1) is true, else ``b``, broadcast; values are not rounded (GRAPH-EW-3)."""
     return bind(WHERE, cond, a, b)
+
+
+# ---------------------------------------------------------------------------------------
+# stop_gradient
+
+STOP_GRADIENT = define("stop_gradient", infer=lambda attrs, x: x, impl=lambda call, x: x.copy(),
+                       cost=lambda call: elementwise_cost(call, 0), spec="GRAPH-STOPGRAD-1",
+                       shard=linear_rule("all"), vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
+
+
+def stop_gradient(x):
+    """``x`` itself, bit for bit, whose derivative is zero: differentiation passes nothing
+    through it (GRAPH-STOPGRAD-1)."""
+    return bind(STOP_GRADIENT, x)
 
 
 # ---------------------------------------------------------------------------------------

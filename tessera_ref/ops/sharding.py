@@ -15,7 +15,10 @@ axes (elementwise ops, matmul), so all devices run in one call. Attributes that 
 are rewritten for the devices by ``local_attrs(attrs, local_in_types) -> attrs``; attributes
 that differ from device to device (the row block a vocab-parallel ``take`` owns, MESH-SHARD-TAKE-1)
 by ``device_attrs(attrs, coords, mesh, local_in_types) -> attrs`` with the device's mesh
-coordinates ``{axis: index}`` (``impl`` then runs once per distinct block).
+coordinates ``{axis: index}`` (``impl`` then runs once per distinct block). A rule may
+instead say how the op runs as other ops: ``expand(attrs, *operands) -> results`` binds
+primitives on the distributed (or traced) operands, each then sharded by its own rule — how
+``cross_entropy`` over a split vocabulary all-reduces only row statistics (MESH-SHARD-CE-1).
 
 A result is *partial* (a pending reduction, MESH-LAYOUT-1) when the op sums over a dimension
 split over a mesh axis — matmul with K split, ``sum`` over a split axis. That is where
@@ -66,6 +69,7 @@ class ShardPlan:
     stacked: bool = False
     local_attrs: object = None
     device_attrs: object = None
+    expand: object = None
 
 
 def whole(layout: ShardLayout, dims=None) -> ShardLayout:

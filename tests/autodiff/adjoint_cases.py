@@ -102,6 +102,10 @@ def _cases() -> dict:
                             case(R(4, 3, seed=93), ids[1].astype(np.uint8), size=5, axis=1, diff=(True, False),
                                  label="axis 1")]
     cases["softmax"] = [case(R(3, 5, seed=57)), case(R(4, 3, seed=58), axis=0)]
+    cases["log_softmax"] = [case(R(3, 5, seed=94)), case(R(4, 3, seed=95), axis=0)]
+    labels = np.array([[4, 0], [2, 4]], dtype=np.int32)
+    cases["cross_entropy"] = [case(R(2, 2, 5, seed=96), labels, diff=(True, False), reduction=r, label=r)
+                              for r in ("mean", "sum", "none")]
     x = R(3, 6, seed=59)
     cases["layernorm_safe"] = [case(x), case(x, R(6, seed=60), R(6, seed=61), eps=0.1),
                                case(R(5, 2, seed=62), R(5, seed=63), axis=0)]
