@@ -16,7 +16,7 @@ from ..numerics.arith import to_accum
 from .adjoint import seed_of
 from .bind import bind
 from .primitive import Attr, Cost, define
-from .sharding import ShardPlan, whole
+from .sharding import ShardPlan
 from .typecheck import (SEED_ATTR, check_int, nbytes, normalize_axis, require_float, require_int, require_seed,
                         to_storage)
 

@@ -10,12 +10,8 @@ from tessera_ref.errors import DTypeError, OpError, ShapeError
 from tessera_conformance import assert_close, clause, eager, run
 
 from . import _reference as R
-from ._cases import check, operand, values
+from ._cases import check, normal_values as _data
 from ._formats import round_values
-
-
-def _data(shape, fmt, seed, scale=3.0):
-    return values(operand(np.random.default_rng(seed).standard_normal(shape) * scale, fmt))
 
 
 @clause("GRAPH-LOGSOFTMAX-1")
