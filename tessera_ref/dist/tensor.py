@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError
+from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError, ShapeError
 from ..ir import ShardLayout, TensorType
 from ..ir.types import ElementKind, element_arg
 from ..numerics import ExactAccumulator, Policy, as_policy, cast
@@ -34,7 +34,8 @@ from .mesh import Mesh
 from .spec import resolve_layout
 from .world import placement
 
-__all__ = ["DistTensor", "tensor", "from_shards", "local_shape", "stack_shape", "own_box", "IDENTITY"]
+__all__ = ["DistTensor", "tensor", "from_shards", "full", "zeros", "ones", "arange", "local_shape", "stack_shape",
+           "own_box", "IDENTITY"]
 
 #: The value a pending reduction starts from on every device but the first (identity of the op;
 #: −0 for sum, because x + (−0) = x for every x including +0).
@@ -150,6 +151,21 @@ class DistTensor(TensorOperators):
         from .collectives import fold_partial, gather_boxes
         local = fold_partial(self) if self.layout.partial else self.local
         return _assemble(gather_boxes(self, local), self.layout, self.mesh, self.shape)
+
+    def _scalar(self, to):
+        """``float()``/``int()`` of a 0-d tensor: its global value, a pending sum folded first
+        (MESH-TENSOR-SCALAR-1); a collective when the mesh spans processes."""
+        if self.ndim != 0:
+            raise ShapeError(f"{to.__name__}() of a {self.ndim}-d distributed tensor ({self.type})",
+                             fix=f"reduce it to a 0-d tensor first (op.sum), or take np.asarray(x)")
+        self._require_values(f"{to.__name__}()")
+        return to(self.numpy())
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -271,7 +287,8 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
 
     Without ``data`` or ``init`` the tensor is *abstract* (no values). ``data`` (array-like of
     the global shape) is converted into ``dtype`` (NUM-CVT, round to nearest even) and split;
-    ``init="randn"``/``"rand"`` fills it from Philox keyed by ``seed``: element ``i`` of the
+    ``init="zeros"``/``"ones"`` is :func:`full`; ``init="randn"``/``"rand"`` fills it from
+    Philox keyed by ``seed``: element ``i`` of the
     global tensor depends only on ``(seed, i)``, so every mesh and layout gives the same global
     bits (NUM-RNG). ``dtype`` accepts format names (``"bf16"``, the seeds' ``"fp32"``) and policies.
     """
@@ -288,9 +305,11 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         raise LayoutError("dist.tensor got both data= and init=", fix="pass one of them")
     if data is None and init is None:
         return DistTensor(ttype, mesh, None, name)
+    if init in ("zeros", "ones"):
+        return full(shape, 0 if init == "zeros" else 1, layout, mesh, dtype, name=name)
     if init is not None:
         if init not in ("randn", "rand"):
-            raise LayoutError(f"unknown init {init!r}", fix="use init='randn' or init='rand'")
+            raise LayoutError(f"unknown init {init!r}", fix="use init='randn', 'rand', 'zeros' or 'ones'")
         draw = randn if init == "randn" else rand
         with sim.paused():  # the host draws the global values; the machine charges only their shards
             values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
@@ -305,6 +324,47 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         local = _pending(np.broadcast_to(local, stack_shape(lay.replace(partial=()), mesh, whole=True) + lshape),
                          lay, mesh, ttype.dtype)
     return DistTensor(ttype, mesh, np.ascontiguousarray(own_box(local, mesh)), name)
+
+
+def full(shape, value, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+         name: str | None = None) -> DistTensor:
+    """A distributed tensor whose every element is ``value`` converted once into ``dtype``, in
+    ``layout`` on ``mesh``: each device's block is filled in place, the global tensor is never
+    built (MESH-TENSOR-INIT-1). ``abstract=True`` gives the abstract tensor of that type."""
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"dist.full needs mesh=a dist.Mesh, got {type(mesh).__name__}",
+                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
+    shape = _check_static(shape)
+    element = _resolve_policy(dtype, None)
+    lay = resolve_layout(layout, len(shape))
+    if lay.partial:
+        raise LayoutError(f"dist.full in the pending-reduction layout {lay}: a filled tensor is not a partial value",
+                          fix="give a layout without partial(...); reduce_scatter/all_reduce make pending values")
+    ttype = TensorType(shape, element, lay)
+    lshape = local_shape(shape, lay, mesh)
+    if abstract:
+        return DistTensor(ttype, mesh, None, name)
+    one = _to_element(np.asarray(value), element)
+    stack = stack_shape(lay, mesh)
+    return DistTensor(ttype, mesh, np.full(stack + lshape, one, dtype=ttype.dtype), name)
+
+
+def zeros(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+          name: str | None = None) -> DistTensor:
+    """:func:`full` of +0 (MESH-TENSOR-INIT-1)."""
+    return full(shape, 0, layout, mesh, dtype, abstract=abstract, name=name)
+
+
+def ones(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+         name: str | None = None) -> DistTensor:
+    """:func:`full` of 1 (MESH-TENSOR-INIT-1)."""
+    return full(shape, 1, layout, mesh, dtype, abstract=abstract, name=name)
+
+
+def arange(n: int, layout=None, mesh: Mesh = None, dtype="index", *, name: str | None = None) -> DistTensor:
+    """``0 … n−1`` (GRAPH-INIT-1's ``arange(n)``) split by ``layout`` on ``mesh`` (MESH-TENSOR-INIT-1)."""
+    from ..ops.constant import arange as values
+    return tensor((n,), layout, mesh, dtype, data=np.asarray(values(n, dtype=dtype)), name=name)
 
 
 def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = None) -> DistTensor:
