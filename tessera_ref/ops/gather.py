@@ -13,7 +13,7 @@ from ..errors import OpError, ShapeError
 from ..ir import ShardLayout, TensorType
 from ..numerics import accum_op
 from ..numerics.arith import to_accum
-from .adjoint import seed_of
+from .adjoint import op
 from .bind import bind
 from .primitive import Attr, Cost, define
 from .sharding import ShardPlan
@@ -81,7 +81,7 @@ def _take_vjp(attrs, primals, results, cts):
     """AD-TAKE-1: the table's cotangent is ``scatter_add`` of the result's; ids get none."""
     table, ids = primals
     axis = attrs["axis"]
-    return bind(SCATTER_ADD, cts[0], ids, size=table.shape[axis], axis=axis, **seed_of(attrs)), None
+    return op().scatter_add(cts[0], ids, table.shape[axis], axis), None  # a stochastic policy: the rule's key
 
 
 def _take_jvp(attrs, primals, tangents, results):
