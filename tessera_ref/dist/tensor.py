@@ -157,7 +157,7 @@ class DistTensor(TensorOperators):
         (MESH-TENSOR-SCALAR-1); a collective when the mesh spans processes."""
         if self.ndim != 0:
             raise ShapeError(f"{to.__name__}() of a {self.ndim}-d distributed tensor ({self.type})",
-                             fix=f"reduce it to a 0-d tensor first (op.sum), or take np.asarray(x)")
+                             fix="reduce it to a 0-d tensor first (op.sum), or take np.asarray(x)")
         self._require_values(f"{to.__name__}()")
         return to(self.numpy())
 
@@ -279,6 +279,15 @@ def _to_element(values: np.ndarray, element) -> np.ndarray:
     return cast(values, element.storage)
 
 
+def _new_type(what: str, shape, layout, mesh, dtype, data) -> tuple:
+    """``(shape, element, layout)`` of a new tensor, or the LayoutError of a missing mesh."""
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"{what} needs mesh=a dist.Mesh, got {type(mesh).__name__}",
+                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
+    shape = _check_static(shape)
+    return shape, _resolve_policy(dtype, data), resolve_layout(layout, len(shape))
+
+
 def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init=None, seed: int = 0,
            name: str | None = None) -> DistTensor:
     """A distributed tensor of global ``shape`` on ``mesh`` in ``layout``
@@ -292,12 +301,7 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
     global tensor depends only on ``(seed, i)``, so every mesh and layout gives the same global
     bits (NUM-RNG). ``dtype`` accepts format names (``"bf16"``, the seeds' ``"fp32"``) and policies.
     """
-    if not isinstance(mesh, Mesh):
-        raise LayoutError(f"dist.tensor needs mesh=a dist.Mesh, got {type(mesh).__name__}",
-                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
-    shape = _check_static(shape)
-    policy = _resolve_policy(dtype, data)
-    lay = resolve_layout(layout, len(shape))
+    shape, policy, lay = _new_type("dist.tensor", shape, layout, mesh, dtype, data)
     ttype = TensorType(shape, policy, lay)
     lshape = local_shape(shape, lay, mesh)
     stack_shape(lay, mesh)
@@ -331,12 +335,7 @@ def full(shape, value, layout=None, mesh: Mesh = None, dtype="f32", *, abstract:
     """A distributed tensor whose every element is ``value`` converted once into ``dtype``, in
     ``layout`` on ``mesh``: each device's block is filled in place, the global tensor is never
     built (MESH-TENSOR-INIT-1). ``abstract=True`` gives the abstract tensor of that type."""
-    if not isinstance(mesh, Mesh):
-        raise LayoutError(f"dist.full needs mesh=a dist.Mesh, got {type(mesh).__name__}",
-                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
-    shape = _check_static(shape)
-    element = _resolve_policy(dtype, None)
-    lay = resolve_layout(layout, len(shape))
+    shape, element, lay = _new_type("dist.full", shape, layout, mesh, dtype, None)
     if lay.partial:
         raise LayoutError(f"dist.full in the pending-reduction layout {lay}: a filled tensor is not a partial value",
                           fix="give a layout without partial(...); reduce_scatter/all_reduce make pending values")
@@ -349,16 +348,17 @@ def full(shape, value, layout=None, mesh: Mesh = None, dtype="f32", *, abstract:
     return DistTensor(ttype, mesh, np.full(stack + lshape, one, dtype=ttype.dtype), name)
 
 
-def zeros(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
-          name: str | None = None) -> DistTensor:
-    """:func:`full` of +0 (MESH-TENSOR-INIT-1)."""
-    return full(shape, 0, layout, mesh, dtype, abstract=abstract, name=name)
+def _filled(value, what: str):
+    def make(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+             name: str | None = None) -> DistTensor:
+        return full(shape, value, layout, mesh, dtype, abstract=abstract, name=name)
+    make.__name__ = make.__qualname__ = what
+    make.__doc__ = f":func:`full` of {value} (MESH-TENSOR-INIT-1)."
+    return make
 
 
-def ones(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
-         name: str | None = None) -> DistTensor:
-    """:func:`full` of 1 (MESH-TENSOR-INIT-1)."""
-    return full(shape, 1, layout, mesh, dtype, abstract=abstract, name=name)
+zeros = _filled(0, "zeros")
+ones = _filled(1, "ones")
 
 
 def arange(n: int, layout=None, mesh: Mesh = None, dtype="index", *, name: str | None = None) -> DistTensor:
