@@ -94,7 +94,8 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
         return [None] * len(out_types)
     policies = [t.policy for t in out_types]
     new_partial = [lay.partial and not any(x.layout.partial for x in moved) for lay in plan_results(plan, out_types)]
-    if plan.stacked or (new_partial[0] and getattr(policies[0], "reduction", None) == "exact"):
+    exact_partial = new_partial[0] and getattr(policies[0], "reduction", None) == "exact"
+    if plan.device_attrs is None and (plan.stacked or exact_partial):
         rank = max(x.ndim for x in moved)
         xs = [_pad_rank(x.local, m, rank) if plan.stacked else x.local for x in moved]
         if new_partial[0] and policies[0].reduction == "exact":

@@ -66,3 +66,14 @@ def test_vocab_parallel_embedding_gradient_is_exact_and_gathers_nothing():
     assert ge.layout == E.layout and np.allclose(ge.numpy(), want, rtol=1e-6)
     plan = communication_plan(g)
     assert {c.kind for c in plan.collectives} <= {"all_reduce"}, plan
+
+
+def test_vocab_parallel_take_under_exact_reduction_gathers_per_device_blocks():
+    """An exact-reduction table runs the per-device blocks too (not the stacked exact-sum path)."""
+    from tessera_ref.numerics import Policy, get_format
+    mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(4)], axes=("dp", "tp"), shape=(2, 2))
+    table = np.random.default_rng(4).standard_normal((8, 4)).astype(np.float32)
+    E = dist.tensor(table.shape, dist.ShardSpec(("row",), ("tp",)), mesh,
+                    Policy(get_format("f32"), reduction="exact"), data=table)
+    ids = np.array([[0, 5], [7, 2]], np.int32)
+    assert op.take(E, ids).numpy().tobytes() == table[ids].tobytes()
