@@ -1,11 +1,15 @@
-"""The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs`` and ``cast``, vectorized.
+"""The elementwise kernel family: ``add`` ``sub`` ``mul`` ``div`` ``maximum`` ``minimum``
+``neg`` ``abs`` and ``cast`` on broadcast operands, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
 
-The operands and the result are viewed as flat vectors of ``n`` elements (a 0-d operand, a
-scalar such as the ``2.0`` of ``x * 2.0``, as a vector of one element every lane reads). A tile of
+The result is viewed as a flat vector of ``n`` elements (row-major; one for a 0-d result),
+each operand as the flat vector of its own elements: operands broadcast NumPy-style to the
+result (LOWER-EW-2) — a 0-d scalar such as the ``2.0`` of ``x * 2.0``, a ``[E]`` bias, a
+``[B, S, 1]`` row statistic, size-1 axes anywhere — and element ``i`` reads each operand at
+its broadcast position (:func:`~.plan.broadcast_index`: ``i // V`` for the row statistic,
+``i mod E`` for the bias, 0 for a scalar), computed once per element and operand shape. A tile of
 ``lanes`` lanes covers ``lanes · vectorize`` consecutive elements; lane ``t`` of tile ``g``
 handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-EW-1). Each of the
 ``v`` accesses is coalesced (consecutive lanes, consecutive elements): Tile IR has no vector
@@ -42,7 +46,7 @@ from ..ir import tile as T
 from ..ir.types import ElementKind
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
-from .plan import SUPPORTED_STORAGE, KernelPlan, check_nonempty, check_policy
+from .plan import SUPPORTED_STORAGE, KernelPlan, broadcast_index, broadcasts_to, check_nonempty, check_policy
 
 __all__ = ["FAMILY", "lower_elementwise"]
 
@@ -52,15 +56,15 @@ _UNARY = {"neg": "neg", "abs": "abs"}
 
 def _formats(op) -> tuple:
     """``(storage, accum)`` of an elementwise op (``(target policy, None)`` of a cast): a
-    LoweringError unless the tile lowering takes it (operands of the result's shape or 0-d,
-    one plain policy; a cast by :func:`_cast_target`)."""
+    LoweringError unless the tile lowering takes it (static operands that broadcast to the
+    result's shape, LOWER-EW-2; one plain policy; a cast by :func:`_cast_target`)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
-    if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
-        raise LoweringError(f"{short}: the tile lowering takes operands of the result's shape "
-                            f"{list(out.shape)} (rank >= 1) or 0-d scalars, got "
-                            f"{', '.join(str(v.type) for v in op.operands)}",
-                            location=op.location, fix="broadcast_to the operands first")
+    if not all(broadcasts_to(v.type.shape, out.shape) for v in (*op.operands, *op.results)):
+        raise LoweringError(f"{short}: the tile lowering takes static shapes that broadcast to the result's "
+                            f"{list(out.shape)}, got {', '.join(str(v.type) for v in op.operands)}",
+                            location=op.location, fix="give the operands static shapes (or run the op in the "
+                                                      "Graph IR interpreter)")
     check_nonempty(op)
     if short == "cast":
         return _cast_target(op), None
@@ -89,9 +93,10 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
     formats = [_formats(op) for op in ops]
     block = kop.regions[0].entry
     inputs, outputs = list(block.args), list(block.last_op.operands)
-    n = math.prod(ops[-1].results[0].type.shape)
+    shape = ops[-1].results[0].type.shape
+    n = math.prod(shape)
     lanes, v = kop.attributes["lanes"], kop.attributes["vectorize"]
-    sizes = [1 if x.type.rank == 0 else n for x in inputs]  # a 0-d scalar is a buffer of one element
+    sizes = [math.prod(x.type.shape) for x in inputs]  # a 0-d scalar is a buffer of one element
     names = [chr(ord("a") + i) if i < 24 else f"in{i}" for i in range(len(inputs))]
     params = [(p, T.buffer((m,), _storage(x))) for p, m, x in zip(names, sizes, inputs)]
     params += [(f"y{i or ''}", T.buffer((n,), _storage(x)), True) for i, x in enumerate(outputs)]
@@ -100,7 +105,14 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
     base = kb.binary("add", kb.binary("mul", kb.tile_id(0), lanes * v), kb.lane_id())
 
     def element(idx):
-        stored = {x: kb.load(b, [idx if m == n else 0]) for x, b, m in zip(inputs, ins, sizes)}  # storage values
+        at = {}  # operand shape -> its flat index (LOWER-EW-2), computed once per element
+
+        def index(x):
+            key = tuple(x.type.shape)
+            if key not in at:
+                at[key] = broadcast_index(kb, idx, shape, key)
+            return at[key]
+        stored = {x: kb.load(b, [index(x)]) for x, b in zip(inputs, ins)}  # storage values
         exact = {}  # (value, accum) -> the value in accum (converting a storage value into accum is exact)
 
         def value(x, accum):
@@ -149,5 +161,5 @@ FAMILY = KernelFamily(
     defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
-    scope="operands of the result's shape or 0-d", fuses=True)
+    scope="static operands that broadcast to the result's shape", fuses=True)
 register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])

@@ -62,6 +62,8 @@ SHAPES = {
     "matmul_128": (lambda a, b: op.matmul(a, b), [(128, 128), (128, 128)], dict(tile=(64, 64, 16), stages=3)),
     "gemm_96x64x80": (lambda a, b, c: op.gemm(a, b, c), [(96, 80), (80, 64), (96, 64)], None),
     "fused_elementwise": (lambda a, b: op.maximum(a, b) * b - op.abs(a) / 3.0, [(33, 65), (33, 65)], None),
+    "broadcast_elementwise": (lambda x, m, b: op.neg((x - m) * b + 0.5), [(3, 5, 7), (3, 5, 1), (7,)], None),
+    "broadcast_middle_axis": (lambda x, y: op.maximum(x, y) / x, [(4, 1, 6), (5, 1)], None),
     "attention_short": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=16),
                         [(48, 32), (48, 32), (48, 32)], None),
 }

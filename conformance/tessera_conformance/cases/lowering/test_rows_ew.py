@@ -195,3 +195,20 @@ def test_lane_t_of_tile_g_handles_g_lanes_v_plus_j_lanes_plus_t(backend, n, lane
                                                      32 * global_sectors(requests, size))
     assert c.global_requests == 3 * len(requests)
     assert tile_funcs(program)[0].attributes["launch.lanes"] == lanes
+
+
+@clause("LOWER-EW-2", "LOWER-FUSE-1", "LOWER-EXACT-1")
+@pytest.mark.parametrize("shapes", [[(4, 6, 9), (4, 6, 1)], [(4, 6, 9), (9,)], [(4, 6, 9), ()], [(4, 1, 9), (6, 1)],
+                                    [(1,), (5, 3, 1)], [(), ()]], ids=str)
+def test_broadcast_operands_are_read_at_numpys_positions(backend, shapes):
+    """Each element reads every operand where NumPy broadcasts it; the chain is one kernel
+    whose ops each round once (f16: the double rounding shows)."""
+    a, b = (round_to(RNG.standard_normal(s) * 4, "f16").reshape(s) for s in shapes)
+    f = lambda a, b: (a - b) * a + b  # noqa: E731
+    got, _, program = lowered(backend, f, a, b)
+    assert_bits(got, graph(f, a, b))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = round_to(round_to(round_to(a64 - b64, "f16").astype(np.float64) * a64, "f16").astype(np.float64) + b64,
+                    "f16")
+    assert_bits(got[0].reshape(-1), np.asarray(want).reshape(-1))
+    assert len(tile_funcs(program)) == 1
