@@ -69,7 +69,7 @@ from .types import BOOL, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
+           "REDUCE_FNS", "MATH_FNS", "MATH2_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
@@ -80,10 +80,12 @@ MASK_T = TensorType((), BOOL)
 CAST_ROUNDING = ("rne", "rtz", "rup", "rdown", "stochastic")
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_FNS = ("and", "or")
-BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS
 #: Unary functions of the NUM-MATH algorithms, computed as the graph's ops compute them.
 MATH_FNS = ("exp", "expm1", "log", "sin", "cos", "tanh", "erf", "erfc", "sigmoid", "silu", "gelu",
             "gelu_tanh", "rsqrt")
+#: Binary functions of the NUM-MATH algorithms (``pow``, NUM-MATH-12), likewise.
+MATH2_FNS = ("pow",)
+BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS + MATH2_FNS
 UNARY_FNS = ("neg", "not", "sqrt", "abs") + MATH_FNS
 REDUCE_FNS = ("sum", "mean", "max", "min")
 SWIZZLES = ("none", "xor")

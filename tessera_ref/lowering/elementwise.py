@@ -1,5 +1,7 @@
 """The elementwise kernel family: ``add`` ``sub`` ``mul`` ``div`` ``maximum`` ``minimum``
-``neg`` ``abs`` and ``cast`` on broadcast operands, vectorized.
+``neg`` ``abs``, the NUM-MATH functions (``exp`` ``expm1`` ``log`` ``sqrt`` ``rsqrt`` ``tanh``
+``erf`` ``erfc`` ``sigmoid`` ``silu`` ``gelu`` ``sin`` ``cos`` ``pow``) and ``cast`` on
+broadcast operands, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
@@ -15,7 +17,10 @@ handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-E
 ``v`` accesses is coalesced (consecutive lanes, consecutive elements): Tile IR has no vector
 types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — the CUDA
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
-combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
+combined by one IEEE operation — or given to the Tile IR's NUM-MATH ``unary``/``binary``
+function (LOWER-EW-3), f64 inside rounded once into accum, the one definition the Graph IR,
+the row kernels' ``exp`` and the device header share — rounded once into storage and stored:
+the Graph IR's bits.
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
@@ -50,8 +55,21 @@ from .plan import SUPPORTED_STORAGE, KernelPlan, broadcast_index, broadcasts_to,
 
 __all__ = ["FAMILY", "lower_elementwise"]
 
-_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min"}
-_UNARY = {"neg": "neg", "abs": "abs"}
+#: Graph IR op -> its Tile IR ``binary`` / ``unary`` fn in accum: one IEEE operation
+#: (GRAPH-EW-1, ``sqrt``) or a NUM-MATH function (LOWER-EW-3; ``gelu`` by its ``approximate``)
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min",
+           "pow": "pow"}
+_UNARY = {"neg": "neg", "abs": "abs", "sqrt": "sqrt", "exp": "exp", "expm1": "expm1", "log": "log", "sin": "sin",
+          "cos": "cos", "tanh": "tanh", "erf": "erf", "erfc": "erfc", "sigmoid": "sigmoid", "silu": "silu",
+          "rsqrt": "rsqrt", "gelu": "gelu"}
+
+
+def _compute(kb, op, short: str, vals: list):
+    """The Tile IR value of ``op`` on its operands ``vals`` in accum (rounded once into accum)."""
+    if short in _BINARY:
+        return kb.binary(_BINARY[short], *vals)
+    fn = "gelu_tanh" if short == "gelu" and op.attributes["approximate"] == "tanh" else _UNARY[short]
+    return kb.unary(fn, vals[0])
 
 
 def _formats(op) -> tuple:
@@ -128,7 +146,7 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
                 stored[op.results[0]] = kb.cast(stored[op.operands[0]], policy, **keyed)
                 continue
             vals = [value(x, accum) for x in op.operands]
-            r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
+            r = _compute(kb, op, short, vals)
             as_is = storage == accum and policy.overflow == "native"  # the accum value is the stored one
             stored[op.results[0]] = r if as_is else kb.cast(r, policy, **keyed)
         kb.at(kop.location)

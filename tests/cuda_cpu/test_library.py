@@ -64,6 +64,8 @@ SHAPES = {
     "fused_elementwise": (lambda a, b: op.maximum(a, b) * b - op.abs(a) / 3.0, [(33, 65), (33, 65)], None),
     "broadcast_elementwise": (lambda x, m, b: op.neg((x - m) * b + 0.5), [(3, 5, 7), (3, 5, 1), (7,)], None),
     "broadcast_middle_axis": (lambda x, y: op.maximum(x, y) / x, [(4, 1, 6), (5, 1)], None),
+    "math_chain": (lambda x, y: (op.pow(op.abs(x), y) - op.gelu(x, approximate="tanh"), op.cos(op.log(op.abs(y)))),
+                   [(3, 37), (37,)], dict(vectorize=2)),
     "attention_short": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=16),
                         [(48, 32), (48, 32), (48, 32)], None),
 }

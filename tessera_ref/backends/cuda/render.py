@@ -45,7 +45,8 @@ may hold one (:func:`_nan_classes`) go through ``tsr_canon`` where stored, cast 
 with a loaded value (CUDA-RUN-3).
 Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_{bf16,f16}`` or
 ``tsr_mma_m16n8k32_{e4m3,e5m2}`` and the kernel is guarded to its model's architecture (CUDA-TC-1).
-``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
+The NUM-MATH ``unary`` functions (``exp`` … ``rsqrt``) and ``binary`` ``pow`` call
+``tsr_exp`` … ``tsr_rsqrt`` and ``tsr_pow``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
 (``tessera_device.cuh``; DESIGN §9). Index values are ``int`` when every buffer is static
@@ -483,6 +484,8 @@ class _Emitter:
     def _binary_expr(fn: str, a: str, b: str, floating: bool) -> str:
         if fn in ("min", "max"):
             return f"{'tsr_' if floating else ''}{fn}({a}, {b})"
+        if fn in T.MATH2_FNS:
+            return f"tsr_{fn}({a}, {b})"
         return f"{a} {_BIN[fn]} {b}"
 
     @staticmethod

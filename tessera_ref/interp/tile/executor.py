@@ -482,6 +482,8 @@ def _binary(run, op, mask):
     x, y = (_operand_array(run, op, run.env[v]) for v in op.operands)
     t = op.operands[0].type
     is_float = _is_float(t)
+    if fn in T.MATH2_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.pow)
+        return _math(run, op, mask, np.asarray(x), np.asarray(y))
     if fn == "div" and not is_float:
         raise KernelError("'/' of index values; use '//' for integer division", location=op.location,
                           fix="write a // b")
@@ -513,15 +515,22 @@ def _unary(run, op, mask):
     if fn == "not":
         return np.logical_not(x)
     if fn in T.MATH_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.exp etc.)
-        computable(t.format.name, f"'{fn}'", op.location)
-        out = convert(math_in_accum(fn, np.asarray(x), accum=t.policy.accum), _dtype(t))
-        run.counters.flops += int(np.size(x)) if isinstance(t, TensorType) else int(mask.sum())
-        return out
+        return _math(run, op, mask, np.asarray(x))
     if not _is_float(t):
         if fn not in _UNARY_INDEX:
             raise KernelError(f"'{fn}' of an index value", location=op.location, fix="cast it to f32 first")
         return _UNARY_INDEX[fn](x)
     return float_unary(fn, x, t.format.name, op.location)
+
+
+def _math(run, op, mask, *xs):
+    """TILE-NUM-1: the NUM-MATH function ``fn`` of ``xs`` in the result format's accum,
+    rounded once into it (``math_in_accum``, as the graph's ops); one FLOP per element."""
+    fn, t = op.attributes["fn"], op.results[0].type
+    computable(t.format.name, f"'{fn}'", op.location)
+    out = convert(math_in_accum(fn, *xs, accum=t.policy.accum), _dtype(t))
+    run.counters.flops += int(np.size(out)) if isinstance(t, TensorType) else int(mask.sum())
+    return out
 
 
 def _reduce(run, op, mask):

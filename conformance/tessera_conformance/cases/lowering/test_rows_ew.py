@@ -212,3 +212,22 @@ def test_broadcast_operands_are_read_at_numpys_positions(backend, shapes):
                     "f16")
     assert_bits(got[0].reshape(-1), np.asarray(want).reshape(-1))
     assert len(tile_funcs(program)) == 1
+
+
+MATH = ["exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "erfc", "sigmoid", "silu", "gelu", "sin", "cos"]
+
+
+@clause("LOWER-EW-3", "LOWER-EXACT-1")
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+def test_math_functions_are_kernels_with_the_graphs_bits(backend, fmt):
+    """Every NUM-MATH function (and pow with a broadcast exponent, gelu's tanh form) as one
+    fused kernel: each result the op's NUM-MATH value rounded once into accum, then storage."""
+    x = round_to(np.concatenate([RNG.standard_normal(58) * 4, [0.0, -0.0, np.inf, -np.inf, np.nan, 3e6]]), fmt)
+    x = x.reshape(2, 32)
+    y = round_to(RNG.standard_normal(32) * 2, fmt)
+    f = lambda x, y: tuple(getattr(op, n)(x) for n in MATH) + (op.gelu(x, approximate="tanh"),  # noqa: E731
+                                                                 op.pow(op.abs(x), y))
+    got, _, program = lowered(backend, f, x, y)
+    assert_bits(got, graph(f, x, y))
+    assert len(tile_funcs(program)) == 1
+    assert_close(got[0][0], np.exp(x[0].astype(np.float64)), rel={"f32": 2.0 ** -23, "bf16": 2.0 ** -8}[fmt])
