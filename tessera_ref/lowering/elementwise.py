@@ -1,6 +1,7 @@
-"""The elementwise kernel family: ``add`` ``sub`` ``mul`` ``div`` ``maximum`` ``minimum``
-``neg`` ``abs``, the NUM-MATH functions (``exp`` ``expm1`` ``log`` ``sqrt`` ``rsqrt`` ``tanh``
-``erf`` ``erfc`` ``sigmoid`` ``silu`` ``gelu`` ``sin`` ``cos`` ``pow``) and ``cast`` on
+"""The elementwise kernel family: ``add`` ``sub`` ``mul`` ``div`` ``fma`` ``maximum``
+``minimum`` ``neg`` ``abs``, the NUM-MATH functions (``exp`` ``expm1`` ``log`` ``sqrt``
+``rsqrt`` ``tanh`` ``erf`` ``erfc`` ``sigmoid`` ``silu`` ``gelu`` ``sin`` ``cos`` ``pow``), the
+comparisons, ``logical_and`` ``logical_or`` ``logical_not``, ``where`` and ``cast`` on
 broadcast operands, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
@@ -21,6 +22,11 @@ combined by one IEEE operation — or given to the Tile IR's NUM-MATH ``unary``/
 function (LOWER-EW-3), f64 inside rounded once into accum, the one definition the Graph IR,
 the row kernels' ``exp`` and the device header share — rounded once into storage and stored:
 the Graph IR's bits.
+
+Comparisons, masks and ``where`` (LOWER-EW-4): a comparison converts its operands exactly into
+accum and gives a mask (``binary`` ``eq`` … ``ge``); ``logical_*`` combine masks; ``i1``
+operands and results are buffers of masks; ``where`` is a ``select`` of the stored values (no
+rounding, NaN payloads kept); ``fma`` is the Tile IR ``fma`` in accum (one rounding, NUM-EW-2).
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
@@ -48,7 +54,7 @@ import math
 from ..errors import LoweringError
 from ..ir import schedule as S
 from ..ir import tile as T
-from ..ir.types import ElementKind
+from ..ir.types import BOOL, ElementKind
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
 from .plan import SUPPORTED_STORAGE, KernelPlan, broadcast_index, broadcasts_to, check_nonempty, check_policy
@@ -62,20 +68,27 @@ _BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "m
 _UNARY = {"neg": "neg", "abs": "abs", "sqrt": "sqrt", "exp": "exp", "expm1": "expm1", "log": "log", "sin": "sin",
           "cos": "cos", "tanh": "tanh", "erf": "erf", "erfc": "erfc", "sigmoid": "sigmoid", "silu": "silu",
           "rsqrt": "rsqrt", "gelu": "gelu"}
+#: Graph IR comparisons (GRAPH-EW-4) and logic (GRAPH-EW-5) -> the Tile IR fn giving a mask (LOWER-EW-4)
+_COMPARE = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
+            "greater_equal": "ge"}
+_LOGIC = {"logical_and": "and", "logical_or": "or", "logical_not": "not"}
 
 
 def _compute(kb, op, short: str, vals: list):
     """The Tile IR value of ``op`` on its operands ``vals`` in accum (rounded once into accum)."""
     if short in _BINARY:
         return kb.binary(_BINARY[short], *vals)
+    if short == "fma":
+        return kb.fma(*vals)
     fn = "gelu_tanh" if short == "gelu" and op.attributes["approximate"] == "tanh" else _UNARY[short]
     return kb.unary(fn, vals[0])
 
 
-def _formats(op) -> tuple:
-    """``(storage, accum)`` of an elementwise op (``(target policy, None)`` of a cast): a
-    LoweringError unless the tile lowering takes it (static operands that broadcast to the
-    result's shape, LOWER-EW-2; one plain policy; a cast by :func:`_cast_target`)."""
+def _accum(op):
+    """The accum format name an elementwise op computes in (its operands' for a comparison),
+    ``None`` for the ops that compute nothing (``cast``, ``where``, logic): a LoweringError
+    unless the tile lowering takes the op (static operands that broadcast to the result's
+    shape, LOWER-EW-2; one plain policy, or ``i1`` masks; a cast by :func:`_cast_target`)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
     if not all(broadcasts_to(v.type.shape, out.shape) for v in (*op.operands, *op.results)):
@@ -85,8 +98,22 @@ def _formats(op) -> tuple:
                                                       "Graph IR interpreter)")
     check_nonempty(op)
     if short == "cast":
-        return _cast_target(op), None
-    return check_policy(op, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+        _cast_target(op)
+        return None
+    if short in _LOGIC:
+        return None
+    values = op.operands[1:] if short == "where" else op.operands
+    kinds = [v.type for v in values if isinstance(v.type.policy, ElementKind) and v.type.policy is not BOOL]
+    if kinds or short != "where" and any(v.type.policy is BOOL for v in values):
+        raise LoweringError(f"{short}: the tile lowering takes {'/'.join(SUPPORTED_STORAGE)} values"
+                            f"{' or i1 masks' if short == 'where' else ''}, not {(kinds or [values[0].type])[0]}",
+                            location=op.location, fix="run this op in the Graph IR interpreter")
+    if short == "where":
+        if values[0].type.policy is not BOOL:
+            check_policy(op, *(v.type for v in values), rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+        return None
+    types = tuple(v.type for v in op.operands) if short in _COMPARE else ()
+    return check_policy(op, *types, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))[1]
 
 
 def _cast_target(op):
@@ -101,14 +128,16 @@ def _cast_target(op):
 
 
 def _storage(v) -> str:
-    return v.type.policy.storage.name
+    """The format name of ``v``'s elements in memory (``"i1"`` for a mask)."""
+    policy = v.type.policy
+    return policy.name if policy is BOOL else policy.storage.name
 
 
 def lower_elementwise(kop, name: str) -> KernelPlan:
     """The tile kernel of an elementwise schedule kernel — one op or a fused chain (see the
     module docstring)."""
     ops = S.body_ops(kop)
-    formats = [_formats(op) for op in ops]
+    accums = [_accum(op) for op in ops]
     block = kop.regions[0].entry
     inputs, outputs = list(block.args), list(block.last_op.operands)
     shape = ops[-1].results[0].type.shape
@@ -137,18 +166,28 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
             if (x, accum) not in exact:
                 exact[x, accum] = stored[x] if _storage(x) == accum else kb.cast(stored[x], accum)
             return exact[x, accum]
-        for op, (storage, accum) in zip(ops, formats):
+        for op, accum in zip(ops, accums):
             kb.at(op.location)
-            short = op.name.rsplit(".", 1)[-1]
-            policy = op.results[0].type.policy  # rounded once with its rounding and overflow, as if stored
-            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
-            if accum is None:  # a cast: one conversion of the stored source into the target policy
-                stored[op.results[0]] = kb.cast(stored[op.operands[0]], policy, **keyed)
+            short, result = op.name.rsplit(".", 1)[-1], op.results[0]
+            if short in _LOGIC:  # masks in, a mask out (LOWER-EW-4)
+                masks = [stored[x] for x in op.operands]
+                fn = _LOGIC[short]
+                stored[result] = kb.unary(fn, *masks) if fn == "not" else kb.binary(fn, *masks)
                 continue
-            vals = [value(x, accum) for x in op.operands]
-            r = _compute(kb, op, short, vals)
-            as_is = storage == accum and policy.overflow == "native"  # the accum value is the stored one
-            stored[op.results[0]] = r if as_is else kb.cast(r, policy, **keyed)
+            if short == "where":  # the stored value of a or b, bit for bit (LOWER-EW-4)
+                stored[result] = kb.select(*(stored[x] for x in op.operands))
+                continue
+            if short in _COMPARE:  # the operands in accum (exact), compared (LOWER-EW-4)
+                stored[result] = kb.binary(_COMPARE[short], *(value(x, accum) for x in op.operands))
+                continue
+            policy = result.type.policy  # rounded once with its rounding and overflow, as if stored
+            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
+            if short == "cast":  # one conversion of the stored source into the target policy
+                stored[result] = kb.cast(stored[op.operands[0]], policy, **keyed)
+                continue
+            r = _compute(kb, op, short, [value(x, accum) for x in op.operands])
+            as_is = _storage(result) == accum and policy.overflow == "native"  # the accum value is the stored one
+            stored[result] = r if as_is else kb.cast(r, policy, **keyed)
         kb.at(kop.location)
         for y, x in zip(ys, outputs):
             kb.store(y, [idx], stored[x])
@@ -171,7 +210,8 @@ def _cost(kop, s: dict, preset) -> KernelCost:
     hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
     flops = len(S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
-    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, t.policy.storage.name, preset))
+    fmt = next((_storage(v) for v in (*kop.results, *kop.operands) if v.type.policy is not BOOL), "f32")
+    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, fmt, preset))
 
 
 FAMILY = KernelFamily(
@@ -179,5 +219,6 @@ FAMILY = KernelFamily(
     defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
-    scope="static operands that broadcast to the result's shape", fuses=True)
-register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])
+    scope="tile formats or i1 masks, static operands that broadcast to the result's shape", fuses=True)
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "fma", *_COMPARE, *_LOGIC, "where",
+                                                      "cast")])

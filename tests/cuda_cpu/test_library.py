@@ -66,6 +66,8 @@ SHAPES = {
     "broadcast_middle_axis": (lambda x, y: op.maximum(x, y) / x, [(4, 1, 6), (5, 1)], None),
     "math_chain": (lambda x, y: (op.pow(op.abs(x), y) - op.gelu(x, approximate="tanh"), op.cos(op.log(op.abs(y)))),
                    [(3, 37), (37,)], dict(vectorize=2)),
+    "mask_chain": (lambda x, y: (op.where(op.logical_or(op.greater(x, y), op.less_equal(y, 0.0)), op.fma(x, y, x), y),
+                                 op.not_equal(x, y)), [(5, 9), (5, 1)], None),
     "attention_short": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=16),
                         [(48, 32), (48, 32), (48, 32)], None),
 }

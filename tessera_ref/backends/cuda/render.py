@@ -116,7 +116,9 @@ def _format(t) -> str | None:
     """The format name of a scalar, buffer or fragment type (None for index and masks)."""
     if isinstance(t, IndexType) or isinstance(t, TensorType) and t.rank == 0:
         return None
-    return t.format.name if isinstance(t, ScalarType) else t.policy.storage.name
+    if isinstance(t, ScalarType):
+        return t.format.name
+    return t.policy.name if t.element_kind else t.policy.storage.name  # an i1 (bool) buffer: "i1"
 
 
 def _c(fmt: str, what, location=None) -> str:
@@ -181,6 +183,7 @@ _RAW_FNS = {"add", "sub", "mul", "div", "floordiv", "mod", "sqrt", "neg", "abs"}
 #: Ops whose NaN results are bits the kernel must keep: loads (any payload) and casts (a sign)
 _KEPT_OPS = {T._name(short) for short in ("load", "frag_load", "cast")}
 _SELECT, _SHFL, _MMA, _UNARY = T._name("select"), T._name("shfl_xor"), T._name("mma"), T._name("unary")
+_FMA = T._name("fma")
 
 
 def _closure(pairs) -> set:
@@ -200,7 +203,7 @@ def _closure(pairs) -> set:
 def _nan_classes(func) -> tuple:
     """``(raw, kept)``: the float values of ``func`` that may hold a NaN whose sign or payload
     is the hardware's (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN
-    — the results of + - * / sqrt neg abs and mma, and what shfl_xor, select and for/if pass
+    — the results of + - * / sqrt neg abs, fma and mma, and what shfl_xor, select and for/if pass
     on from them — and those that may hold a NaN whose bits the interpreter keeps (loads,
     casts, scalar parameters, and what they pass on). The emitter canonicalizes a raw value
     where its bits are observed (stores, casts), and where it meets a kept one (a select's
@@ -227,7 +230,7 @@ def _nan_classes(func) -> tuple:
     kept_seeds = [(op.results[0], None) for op in func.walk() if op.name in _KEPT_OPS]
     shfl = [(op.results[0], op.operands[:1]) for op in func.walk() if op.name == _SHFL]
     kept = _closure([p for p in seeds + kept_seeds + shfl + merges if floating(p[0])])
-    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name == _MMA
+    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name in (_MMA, _FMA)
                  or op.name in (_BINARY, _UNARY) and op.attributes["fn"] in _RAW_FNS]
     raw = _closure([p for p in raw_seeds + shfl + unseen + [m for m in merges if m[0] not in kept]
                     if floating(p[0])])
@@ -247,7 +250,7 @@ def _unobserved(value) -> bool:
     """Whether no use of ``value`` shows a NaN's bits: it only feeds arithmetic, comparisons,
     max/min, math functions and mma, whose NaN results do not depend on an operand's NaN bits
     (a carried accumulator may then mix a loaded NaN and a raw one)."""
-    return all(u.name in (_BINARY, _UNARY, _MMA) for u in value.users)
+    return all(u.name in (_BINARY, _UNARY, _MMA, _FMA) for u in value.users)
 
 
 def _index_type(func) -> str:
@@ -508,6 +511,15 @@ class _Emitter:
             self._frag_map(op, lambda x: self._unary_expr(fn, x, fmt))
             return
         self.value(op, self._unary_expr(fn, self.arg(op.operands[0]), fmt))
+
+    def op_fma(self, op):
+        """``fmaf`` / ``fma`` (one rounding, IEEE 754's fusedMultiplyAdd: TILE-NUM-1)."""
+        fmt = _format(op.results[0].type)
+        if fmt not in ("f32", "f64"):
+            raise LoweringError(f"the CUDA emitter renders fma of f32 or f64 values, not {fmt}", location=op.location,
+                                fix="cast the operands to f32 first")
+        args = ", ".join(self.arg(v) for v in op.operands)
+        self.value(op, f"{'fmaf' if fmt == 'f32' else 'fma'}({args})")
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
@@ -1051,6 +1063,7 @@ RULES = {T._name(short): rule for short, rule in {
     "lane_id": _Emitter.op_lane_id, "linear_id": _Emitter.op_linear_id, "num_lanes": _Emitter.op_num_lanes,
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
+    "fma": _Emitter.op_fma,
     "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
     "uniform": _Emitter.op_uniform,
     "load": _Emitter.op_load, "store": _Emitter.op_store,

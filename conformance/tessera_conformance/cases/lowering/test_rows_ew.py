@@ -231,3 +231,34 @@ def test_math_functions_are_kernels_with_the_graphs_bits(backend, fmt):
     assert_bits(got, graph(f, x, y))
     assert len(tile_funcs(program)) == 1
     assert_close(got[0][0], np.exp(x[0].astype(np.float64)), rel={"f32": 2.0 ** -23, "bf16": 2.0 ** -8}[fmt])
+
+
+@clause("LOWER-EW-4", "LOWER-EXACT-1")
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+def test_comparisons_masks_where_and_fma_are_kernels(backend, fmt):
+    """IEEE comparisons (NaN unordered, −0 = +0) of broadcast operands, mask logic, a where that
+    moves bits (a NaN payload kept) and an fma rounded once, as one kernel."""
+    a = round_to(RNG.standard_normal((4, 16)) * 3, fmt)
+    a[0, :4] = round_to(np.array([0.0, np.nan, np.inf, -1.0]), fmt)
+    if fmt == "f32":
+        a[1, 0] = np.array(0x7FC00123, np.uint32).view(np.float32)
+    b = round_to(RNG.standard_normal(16), fmt)
+    b[:4] = round_to(np.array([-0.0, np.nan, np.inf, 2.0]), fmt)
+    c = round_to(RNG.standard_normal((4, 1)), fmt)
+
+    def f(a, b, c):
+        lt, eq = op.less(a, b), op.equal(a, b)
+        keep = op.logical_or(op.logical_and(lt, op.logical_not(eq)), op.not_equal(a, a))
+        return (op.where(keep, a, b), op.fma(a, b, c), op.greater_equal(a, b), op.less_equal(a, b),
+                op.greater(a, c))
+    with np.errstate(invalid="ignore"):
+        got, _, program = lowered(backend, f, a, b, c)
+        want = graph(f, a, b, c)
+    assert_bits(got, want)
+    assert len(tile_funcs(program)) == 1
+    assert got[2][0, :4].tolist() == [True, False, True, False] and got[3][0, :4].tolist() == [True, False, True, True]
+    if fmt == "f32":
+        assert int(got[0][1, 0].view(np.uint32)) == 0x7FC00123  # where moved the NaN's payload
+    a64, b64, c64 = (v.astype(np.float64) for v in (a, b, c))
+    finite = np.isfinite(a64 * b64 + c64)
+    assert_bits(got[1][finite], round_to(round_to(a64 * b64 + c64, "f32").astype(np.float64), fmt)[finite])
