@@ -66,7 +66,7 @@ from .core import Block, Module, Operation, Region, Value
 from .errors import IRError
 from .fragment import layout_of
 from .registry import close_dialect, register_op
-from .types import BOOL, IndexType, ScalarType, TensorType
+from .types import BOOL, INDEX, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
@@ -556,9 +556,11 @@ class KernelBuilder:
 
     # memory
     def load(self, buf: Value, index) -> Value:
-        """An element of ``buf``: a scalar of its format, or a mask of an ``i1`` buffer."""
+        """An element of ``buf``: a scalar of its format, a mask of an ``i1`` buffer, an index
+        of an ``index`` buffer."""
         t = buf.type
-        return self._one("load", (buf, *map(self._index, index)), MASK_T if t.policy is BOOL else ScalarType(t.policy))
+        kind = MASK_T if t.policy is BOOL else INDEX_T if t.policy is INDEX else ScalarType(t.policy)
+        return self._one("load", (buf, *map(self._index, index)), kind)
 
     def store(self, buf: Value, index, value: Value) -> None:
         self.op("store", (buf, *map(self._index, index), value))

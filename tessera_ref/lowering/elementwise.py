@@ -24,7 +24,7 @@ the row kernels' ``exp`` and the device header share — rounded once into stora
 the Graph IR's bits.
 
 Comparisons, masks and ``where`` (LOWER-EW-4): a comparison converts its operands exactly into
-accum and gives a mask (``binary`` ``eq`` … ``ge``); ``logical_*`` combine masks; ``i1``
+accum (``index`` values compare as loaded) and gives a mask (``binary`` ``eq`` … ``ge``); ``logical_*`` combine masks; ``i1``
 operands and results are buffers of masks; ``where`` is a ``select`` of the stored values (no
 rounding, NaN payloads kept); ``fma`` is the Tile IR ``fma`` in accum (one rounding, NUM-EW-2).
 
@@ -54,7 +54,7 @@ import math
 from ..errors import LoweringError
 from ..ir import schedule as S
 from ..ir import tile as T
-from ..ir.types import BOOL, ElementKind
+from ..ir.types import BOOL, INDEX, ElementKind
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
 from .plan import SUPPORTED_STORAGE, KernelPlan, broadcast_index, broadcasts_to, check_nonempty, check_policy
@@ -103,6 +103,8 @@ def _accum(op):
     if short in _LOGIC:
         return None
     values = op.operands[1:] if short == "where" else op.operands
+    if short in _COMPARE and all(v.type.policy is INDEX for v in values):
+        return "index"  # index values compare as they are
     kinds = [v.type for v in values if isinstance(v.type.policy, ElementKind) and v.type.policy is not BOOL]
     if kinds or short != "where" and any(v.type.policy is BOOL for v in values):
         raise LoweringError(f"{short}: the tile lowering takes {'/'.join(SUPPORTED_STORAGE)} values"
@@ -128,9 +130,9 @@ def _cast_target(op):
 
 
 def _storage(v) -> str:
-    """The format name of ``v``'s elements in memory (``"i1"`` for a mask)."""
+    """The format name of ``v``'s elements in memory (``"i1"`` for a mask, ``"index"``)."""
     policy = v.type.policy
-    return policy.name if policy is BOOL else policy.storage.name
+    return policy.name if isinstance(policy, ElementKind) else policy.storage.name
 
 
 def lower_elementwise(kop, name: str) -> KernelPlan:
@@ -210,7 +212,8 @@ def _cost(kop, s: dict, preset) -> KernelCost:
     hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
     flops = len(S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
-    fmt = next((_storage(v) for v in (*kop.results, *kop.operands) if v.type.policy is not BOOL), "f32")
+    fmt = next((_storage(v) for v in (*kop.results, *kop.operands) if not isinstance(v.type.policy, ElementKind)),
+               "f32")
     return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, fmt, preset))
 
 
@@ -219,6 +222,6 @@ FAMILY = KernelFamily(
     defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
-    scope="tile formats or i1 masks, static operands that broadcast to the result's shape", fuses=True)
+    scope="tile formats, i1 masks, index comparisons; static operands that broadcast to the result's shape", fuses=True)
 register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "fma", *_COMPARE, *_LOGIC, "where",
                                                       "cast")])

@@ -86,6 +86,17 @@ def test_small_shapes_give_the_interpreters_bits(name):
         _same(run_on(program, inputs, schedule, cp_async)[0], want)
 
 
+def test_index_comparisons_load_64_bit_values():
+    """LOWER-EW-4: index buffers are long*, and 2^40 is not truncated to the kernel's int index type."""
+    x = np.array([[3, 1, 2 ** 40 + 5], [0, 5, -2]])
+    y = np.array([2, 1, 7])  # truncated to 32 bits, 2^40 + 5 would be 5 < 7
+    program = lower(t.jit(lambda x, y: (op.less(x, y), op.equal(x, y))).trace(x, y))
+    with backends.use("interp"):
+        want, _ = program.run(x, y)
+    assert want[0].tolist() == [[False, False, False], [True, False, True]]
+    _same(run_on(program, [x, y], "random:2", "eager")[0], want)
+
+
 @pytest.mark.parametrize("model", ["tc:sm80", "tc:sm90"])
 @pytest.mark.parametrize("fmt, dtype", [("bf16", ml_dtypes.bfloat16), ("f16", np.float16)])
 def test_tensor_core_kernels_give_the_interpreters_tc_model_bits(model, fmt, dtype):

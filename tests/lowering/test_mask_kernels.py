@@ -68,9 +68,21 @@ def test_fma_in_narrow_storage_rounds_in_accum_then_storage(dtype):
     assert_same_bits(got, want)
 
 
-def test_index_comparisons_stay_in_the_graph_interpreter():
+def test_index_comparisons_are_kernels_on_64_bit_values():
+    """(argmax results against labels:) index buffers hold 64-bit values, 2^40 compares as itself."""
+    x = np.array([[3, 1, 2], [0, 5, 2 ** 40]])
+    y = np.array([2, 1, 2 ** 40])
+    f = lambda x, y: (op.equal(x, y), op.less(y, x), op.greater_equal(y, x))  # noqa: E731
+    got, want, _, program = lowered(f, x, y)
+    assert_same_bits(got, want)
+    assert got[0].tolist() == [[False, True, False], [False, False, True]] and got[1][1].tolist() == [False, True, False]
+    assert _ops(program) == ["equal+less+greater_equal"] and got[2][1].tolist() == [True, False, True]
+
+
+def test_where_of_index_values_stays_in_the_graph_interpreter():
     x = np.arange(6).reshape(2, 3)
-    program = lower(t.jit(lambda x: op.equal(x, x)).trace(x), host=True)
+    m = np.array([True, False, True])
+    program = lower(t.jit(lambda m, x: op.where(m, x, x)).trace(m, x), host=True)
     assert [plan is None for _, plan in program.steps] == [True]  # a host step
-    with pytest.raises(LoweringError, match="equal: the tile lowering takes .* values, not tensor<2x3xindex>"):
-        lower(t.jit(lambda x: op.equal(x, x)).trace(x))
+    with pytest.raises(LoweringError, match="where: the tile lowering takes .* or i1 masks, not tensor<2x3xindex>"):
+        lower(t.jit(lambda m, x: op.where(m, x, x)).trace(m, x))

@@ -97,7 +97,7 @@ HEADER = """\
 """
 
 _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
-          "fp8_e5m2": "__nv_fp8_e5m2", "i1": "bool"}
+          "fp8_e5m2": "__nv_fp8_e5m2", "i1": "bool", "index": "long"}
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
@@ -125,7 +125,7 @@ def _c(fmt: str, what, location=None) -> str:
     """The C type of format ``fmt``; a LoweringError for a format the emitter has none for."""
     if fmt not in _CTYPE:
         raise LoweringError(f"the CUDA emitter has no C type for the format {fmt} (of {what})", location=location,
-                            fix=f"use one of {', '.join(f for f in _CTYPE if f != 'i1')}")
+                            fix=f"use one of {', '.join(f for f in _CTYPE if f not in ('i1', 'index'))}")
     return _CTYPE[fmt]
 
 
@@ -553,7 +553,11 @@ class _Emitter:
     # -- memory -----------------------------------------------------------------------------
     def op_load(self, op):
         view = self.names[op.operands[0]]
-        self.value(op, view.at([self.arg(v) for v in op.operands[1:]]))
+        text = view.at([self.arg(v) for v in op.operands[1:]])
+        if _format(op.operands[0].type) == "index":  # a 64-bit value, whatever the kernel's index type
+            self.emit(f"long {self.name(op.results[0])} = {text};")
+            return
+        self.value(op, text)
 
     def op_store(self, op):
         view = self.names[op.operands[0]]

@@ -83,8 +83,8 @@ def bad_axes(x):
     return op.sum(x, axis=(0, 2))  # LOWER-FAMILY bad axes
 
 
-def bad_compare(a, b):
-    return op.less(a, b)  # LOWER-FAMILY bad compare
+def bad_where(m, a):
+    return op.where(m, a, a)  # LOWER-FAMILY bad where
 
 
 def bad_lanes(q):
@@ -103,8 +103,7 @@ def bad_lanes(q):
     (bad_matmul, [np.ones((64, 64), np.float32)] * 2, dict(shared=False), "bad transpose", "transpose_a"),
     (bad_empty, [np.ones((0, 64), np.float32), np.ones((64, 64), np.float32)], None, "bad empty", "tensor<0x64xf32>"),
     (bad_axes, [np.ones((5, 7, 3), np.float32)], None, "bad axes", "tensor<5x7x3xf32>"),
-    (bad_compare, [np.arange(5).reshape(5, 1), np.arange(35).reshape(5, 7)], None, "bad compare",
-     "tensor<5x1xindex>"),
+    (bad_where, [np.ones((5, 1), bool), np.arange(35).reshape(5, 7)], None, "bad where", "tensor<5x7xindex>"),
     (bad_lanes, [np.ones((32, 16), np.float32)], dict(lanes=48), "bad lanes", "48 lanes"),
 ])
 def test_anything_else_is_a_lowering_error_naming_op_types_and_line(backend, fn, args, directives, marker, types):
