@@ -34,7 +34,8 @@ emitter allows only when nothing between the load and the use writes memory or w
 
 Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
 ``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
-(cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
+(cuda_fp8.h), i1 masks ``bool``, index buffers ``long`` (a value loaded from one is a
+``long`` whatever the kernel's index type); any other format is a LoweringError. A conversion into f32 or f64 from a
 narrower format is exact: a C cast where the value feeds arithmetic (mma operands), the
 header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a store or
 a ``cast`` op with ``rne``/``native``; every other conversion calls the device header's
