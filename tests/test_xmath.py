@@ -770,3 +770,12 @@ def test_new_functions_are_chunking_invariant():
         f = getattr(xmath, name)
         arg = np.abs(big) if name == "rsqrt" else big
         assert np.array_equal(f(arg), np.stack([f(row) for row in arg]))
+
+
+def test_sin_and_cos_reduce_large_arguments_of_any_rank_exactly():
+    """NUM-MATH-6's exact reduction above CW_MAX indexes elements of N-d arrays (it took a
+    flat index into the first axis, an IndexError for a [3, 40] array)."""
+    x = np.array([[1.0, 3e6, -2.5e7], [1e30, 0.5, -5e9]])
+    for fn in (xmath.sin, xmath.cos):
+        assert np.array_equal(fn(x), fn(x.reshape(-1)).reshape(x.shape))
+        assert np.array_equal(fn(x)[0, 1:], fn(x[0, 1:]))

@@ -24,6 +24,7 @@ dim                 global buffer -> index                            ``axis``
 constant            -> index or scalar                                ``value``
 binary              x, y -> like x (compare, and/or: ``tensor<i1>``)  ``fn``
 unary               x -> like x                                       ``fn``
+fma                 x, y, z -> like x                                 -
 reduce              fragment -> fragment (the axis kept, size 1)      ``fn``, ``axis``, ``accum``
 cast                x (, element index) -> index or scalar            ``seed`` (stochastic rounding)
 select              mask, a, b -> like a                              -
@@ -65,11 +66,11 @@ from .core import Block, Module, Operation, Region, Value
 from .errors import IRError
 from .fragment import layout_of
 from .registry import close_dialect, register_op
-from .types import BOOL, IndexType, ScalarType, TensorType
+from .types import BOOL, INDEX, IndexType, ScalarType, TensorType
 from .verifier import verify
 
 __all__ = ["DIALECT", "KernelBuilder", "buffer", "INDEX_T", "MASK_T", "BINARY_FNS", "UNARY_FNS",
-           "REDUCE_FNS", "MATH_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
+           "REDUCE_FNS", "MATH_FNS", "MATH2_FNS", "COMPARE_FNS", "WARP", "is_kernel", "shared_layout", "CAST_ROUNDING"]
 
 DIALECT = "tessera.tile"
 INDEX_T = IndexType()
@@ -80,10 +81,12 @@ MASK_T = TensorType((), BOOL)
 CAST_ROUNDING = ("rne", "rtz", "rup", "rdown", "stochastic")
 COMPARE_FNS = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC_FNS = ("and", "or")
-BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS
 #: Unary functions of the NUM-MATH algorithms, computed as the graph's ops compute them.
 MATH_FNS = ("exp", "expm1", "log", "sin", "cos", "tanh", "erf", "erfc", "sigmoid", "silu", "gelu",
             "gelu_tanh", "rsqrt")
+#: Binary functions of the NUM-MATH algorithms (``pow``, NUM-MATH-12), likewise.
+MATH2_FNS = ("pow",)
+BINARY_FNS = ("add", "sub", "mul", "div", "floordiv", "mod", "min", "max") + COMPARE_FNS + LOGIC_FNS + MATH2_FNS
 UNARY_FNS = ("neg", "not", "sqrt", "abs") + MATH_FNS
 REDUCE_FNS = ("sum", "mean", "max", "min")
 SWIZZLES = ("none", "xor")
@@ -387,6 +390,7 @@ _OPS = {
     "num_tiles": (_verify_axis, False), "dim": (_n_operands(1), False),
     "constant": (_n_operands(0), False), "binary": (_verify_binary, False),
     "unary": (_verify_unary, False), "reduce": (_verify_reduce, False), "cast": (_verify_cast, False), "select": (_n_operands(3), False),
+    "fma": (_n_operands(3), False),
     "shfl_xor": (_verify_shfl, True), "uniform": (_verify_uniform, False),
     "load": (lambda op: _verify_memory(op, 0), True), "store": (lambda op: _verify_memory(op, 1), True),
     "alloc": (_verify_alloc, True), "subview": (_verify_subview, False),
@@ -517,6 +521,10 @@ class KernelBuilder:
     def unary(self, fn: str, x: Value) -> Value:
         return self._one("unary", (x,), x.type, {"fn": fn})
 
+    def fma(self, x: Value, y: Value, z: Value) -> Value:
+        """``x·y + z`` rounded once in the values' format (TILE-NUM-1, NUM-EW-2)."""
+        return self._one("fma", (x, y, z), x.type)
+
     def reduce(self, x: Value, fn: str, axis: int, *, accum: str = "f32") -> Value:
         """NUM-RED-2 ``fn`` of fragment ``x`` along ``axis`` in ``accum``, rounded once into
         ``x``'s format; the axis is kept with size 1."""
@@ -548,8 +556,11 @@ class KernelBuilder:
 
     # memory
     def load(self, buf: Value, index) -> Value:
+        """An element of ``buf``: a scalar of its format, a mask of an ``i1`` buffer, an index
+        of an ``index`` buffer."""
         t = buf.type
-        return self._one("load", (buf, *map(self._index, index)), ScalarType(t.policy))
+        kind = MASK_T if t.policy is BOOL else INDEX_T if t.policy is INDEX else ScalarType(t.policy)
+        return self._one("load", (buf, *map(self._index, index)), kind)
 
     def store(self, buf: Value, index, value: Value) -> None:
         self.op("store", (buf, *map(self._index, index), value))

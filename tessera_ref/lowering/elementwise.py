@@ -1,17 +1,32 @@
-"""The elementwise kernel family: same-shape ``add`` ``sub`` ``mul`` ``div`` ``maximum``
-``minimum`` ``neg`` ``abs`` and ``cast``, vectorized.
+"""The elementwise kernel family: ``add`` ``sub`` ``mul`` ``div`` ``fma`` ``maximum``
+``minimum`` ``neg`` ``abs``, the NUM-MATH functions (``exp`` ``expm1`` ``log`` ``sqrt``
+``rsqrt`` ``tanh`` ``erf`` ``erfc`` ``sigmoid`` ``silu`` ``gelu`` ``sin`` ``cos`` ``pow``), the
+comparisons, ``logical_and`` ``logical_or`` ``logical_not``, ``where`` and ``cast`` on
+broadcast operands, vectorized.
 
 Its schedule is the tile (lanes × vectorize,), from the ``lanes`` and ``vectorize``
 directives (the only ones it honours); default 128 lanes, vectorize 1.
 
-The operands and the result are viewed as flat vectors of ``n`` elements (a 0-d operand, a
-scalar such as the ``2.0`` of ``x * 2.0``, as a vector of one element every lane reads). A tile of
+The result is viewed as a flat vector of ``n`` elements (row-major; one for a 0-d result),
+each operand as the flat vector of its own elements: operands broadcast NumPy-style to the
+result (LOWER-EW-2) — a 0-d scalar such as the ``2.0`` of ``x * 2.0``, a ``[E]`` bias, a
+``[B, S, 1]`` row statistic, size-1 axes anywhere — and element ``i`` reads each operand at
+its broadcast position (:func:`~.plan.broadcast_index`: ``i // V`` for the row statistic,
+``i mod E`` for the bias, 0 for a scalar), computed once per element and operand shape. A tile of
 ``lanes`` lanes covers ``lanes · vectorize`` consecutive elements; lane ``t`` of tile ``g``
 handles elements ``g·lanes·v + j·lanes + t`` for ``j = 0 … v−1`` (LOWER-EW-1). Each of the
 ``v`` accesses is coalesced (consecutive lanes, consecutive elements): Tile IR has no vector
 types, so ``schedule.vectorize(v)`` is lowered as ``v`` elements per lane — the CUDA
 emitter's concern is the 16-byte instruction. Each element is loaded, converted into accum,
-combined by one IEEE operation, rounded once into storage and stored: the Graph IR's bits.
+combined by one IEEE operation — or given to the Tile IR's NUM-MATH ``unary``/``binary``
+function (LOWER-EW-3), f64 inside rounded once into accum, the one definition the Graph IR,
+the row kernels' ``exp`` and the device header share — rounded once into storage and stored:
+the Graph IR's bits.
+
+Comparisons, masks and ``where`` (LOWER-EW-4): a comparison converts its operands exactly into
+accum (``index`` values compare as loaded) and gives a mask (``binary`` ``eq`` … ``ge``); ``logical_*`` combine masks; ``i1``
+operands and results are buffers of masks; ``where`` is a ``select`` of the stored values (no
+rounding, NaN payloads kept); ``fma`` is the Tile IR ``fma`` in accum (one rounding, NUM-EW-2).
 
 A fused chain (LOWER-FUSE-1, built by :mod:`.graph_to_schedule`) is one kernel: per
 element the chain's outside operands are loaded once, each op is its one IEEE operation in
@@ -39,32 +54,68 @@ import math
 from ..errors import LoweringError
 from ..ir import schedule as S
 from ..ir import tile as T
-from ..ir.types import ElementKind
+from ..ir.types import BOOL, INDEX, ElementKind
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, kernel_seconds, register_family
-from .plan import SUPPORTED_STORAGE, KernelPlan, check_nonempty, check_policy
+from .plan import SUPPORTED_STORAGE, KernelPlan, broadcast_index, broadcasts_to, check_nonempty, check_policy
 
 __all__ = ["FAMILY", "lower_elementwise"]
 
-_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min"}
-_UNARY = {"neg": "neg", "abs": "abs"}
+#: Graph IR op -> its Tile IR ``binary`` / ``unary`` fn in accum: one IEEE operation
+#: (GRAPH-EW-1, ``sqrt``) or a NUM-MATH function (LOWER-EW-3; ``gelu`` by its ``approximate``)
+_BINARY = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "maximum": "max", "minimum": "min",
+           "pow": "pow"}
+_UNARY = {"neg": "neg", "abs": "abs", "sqrt": "sqrt", "exp": "exp", "expm1": "expm1", "log": "log", "sin": "sin",
+          "cos": "cos", "tanh": "tanh", "erf": "erf", "erfc": "erfc", "sigmoid": "sigmoid", "silu": "silu",
+          "rsqrt": "rsqrt", "gelu": "gelu"}
+#: Graph IR comparisons (GRAPH-EW-4) and logic (GRAPH-EW-5) -> the Tile IR fn giving a mask (LOWER-EW-4)
+_COMPARE = {"equal": "eq", "not_equal": "ne", "less": "lt", "less_equal": "le", "greater": "gt",
+            "greater_equal": "ge"}
+_LOGIC = {"logical_and": "and", "logical_or": "or", "logical_not": "not"}
 
 
-def _formats(op) -> tuple:
-    """``(storage, accum)`` of an elementwise op (``(target policy, None)`` of a cast): a
-    LoweringError unless the tile lowering takes it (operands of the result's shape or 0-d,
-    one plain policy; a cast by :func:`_cast_target`)."""
+def _compute(kb, op, short: str, vals: list):
+    """The Tile IR value of ``op`` on its operands ``vals`` in accum (rounded once into accum)."""
+    if short in _BINARY:
+        return kb.binary(_BINARY[short], *vals)
+    if short == "fma":
+        return kb.fma(*vals)
+    fn = "gelu_tanh" if short == "gelu" and op.attributes["approximate"] == "tanh" else _UNARY[short]
+    return kb.unary(fn, vals[0])
+
+
+def _accum(op):
+    """The accum format name an elementwise op computes in (its operands' for a comparison),
+    ``None`` for the ops that compute nothing (``cast``, ``where``, logic): a LoweringError
+    unless the tile lowering takes the op (static operands that broadcast to the result's
+    shape, LOWER-EW-2; one plain policy, or ``i1`` masks; a cast by :func:`_cast_target`)."""
     short = op.name.rsplit(".", 1)[-1]
     out = op.results[0].type
-    if any(v.type.shape not in (out.shape, ()) for v in op.operands) or out.rank == 0:
-        raise LoweringError(f"{short}: the tile lowering takes operands of the result's shape "
-                            f"{list(out.shape)} (rank >= 1) or 0-d scalars, got "
-                            f"{', '.join(str(v.type) for v in op.operands)}",
-                            location=op.location, fix="broadcast_to the operands first")
+    if not all(broadcasts_to(v.type.shape, out.shape) for v in (*op.operands, *op.results)):
+        raise LoweringError(f"{short}: the tile lowering takes static shapes that broadcast to the result's "
+                            f"{list(out.shape)}, got {', '.join(str(v.type) for v in op.operands)}",
+                            location=op.location, fix="give the operands static shapes (or run the op in the "
+                                                      "Graph IR interpreter)")
     check_nonempty(op)
     if short == "cast":
-        return _cast_target(op), None
-    return check_policy(op, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+        _cast_target(op)
+        return None
+    if short in _LOGIC:
+        return None
+    values = op.operands[1:] if short == "where" else op.operands
+    if short in _COMPARE and all(v.type.policy is INDEX for v in values):
+        return "index"  # index values compare as they are
+    kinds = [v.type for v in values if isinstance(v.type.policy, ElementKind) and v.type.policy is not BOOL]
+    if kinds or short != "where" and any(v.type.policy is BOOL for v in values):
+        raise LoweringError(f"{short}: the tile lowering takes {'/'.join(SUPPORTED_STORAGE)} values"
+                            f"{' or i1 masks' if short == 'where' else ''}, not {(kinds or [values[0].type])[0]}",
+                            location=op.location, fix="run this op in the Graph IR interpreter")
+    if short == "where":
+        if values[0].type.policy is not BOOL:
+            check_policy(op, *(v.type for v in values), rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))
+        return None
+    types = tuple(v.type for v in op.operands) if short in _COMPARE else ()
+    return check_policy(op, *types, rounding=T.CAST_ROUNDING, overflow=("native", "saturate"))[1]
 
 
 def _cast_target(op):
@@ -79,19 +130,22 @@ def _cast_target(op):
 
 
 def _storage(v) -> str:
-    return v.type.policy.storage.name
+    """The format name of ``v``'s elements in memory (``"i1"`` for a mask, ``"index"``)."""
+    policy = v.type.policy
+    return policy.name if isinstance(policy, ElementKind) else policy.storage.name
 
 
 def lower_elementwise(kop, name: str) -> KernelPlan:
     """The tile kernel of an elementwise schedule kernel — one op or a fused chain (see the
     module docstring)."""
     ops = S.body_ops(kop)
-    formats = [_formats(op) for op in ops]
+    accums = [_accum(op) for op in ops]
     block = kop.regions[0].entry
     inputs, outputs = list(block.args), list(block.last_op.operands)
-    n = math.prod(ops[-1].results[0].type.shape)
+    shape = ops[-1].results[0].type.shape
+    n = math.prod(shape)
     lanes, v = kop.attributes["lanes"], kop.attributes["vectorize"]
-    sizes = [1 if x.type.rank == 0 else n for x in inputs]  # a 0-d scalar is a buffer of one element
+    sizes = [math.prod(x.type.shape) for x in inputs]  # a 0-d scalar is a buffer of one element
     names = [chr(ord("a") + i) if i < 24 else f"in{i}" for i in range(len(inputs))]
     params = [(p, T.buffer((m,), _storage(x))) for p, m, x in zip(names, sizes, inputs)]
     params += [(f"y{i or ''}", T.buffer((n,), _storage(x)), True) for i, x in enumerate(outputs)]
@@ -100,25 +154,42 @@ def lower_elementwise(kop, name: str) -> KernelPlan:
     base = kb.binary("add", kb.binary("mul", kb.tile_id(0), lanes * v), kb.lane_id())
 
     def element(idx):
-        stored = {x: kb.load(b, [idx if m == n else 0]) for x, b, m in zip(inputs, ins, sizes)}  # storage values
+        at = {}  # operand shape -> its flat index (LOWER-EW-2), computed once per element
+
+        def index(x):
+            key = tuple(x.type.shape)
+            if key not in at:
+                at[key] = broadcast_index(kb, idx, shape, key)
+            return at[key]
+        stored = {x: kb.load(b, [index(x)]) for x, b in zip(inputs, ins)}  # storage values
         exact = {}  # (value, accum) -> the value in accum (converting a storage value into accum is exact)
 
         def value(x, accum):
             if (x, accum) not in exact:
                 exact[x, accum] = stored[x] if _storage(x) == accum else kb.cast(stored[x], accum)
             return exact[x, accum]
-        for op, (storage, accum) in zip(ops, formats):
+        for op, accum in zip(ops, accums):
             kb.at(op.location)
-            short = op.name.rsplit(".", 1)[-1]
-            policy = op.results[0].type.policy  # rounded once with its rounding and overflow, as if stored
-            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
-            if accum is None:  # a cast: one conversion of the stored source into the target policy
-                stored[op.results[0]] = kb.cast(stored[op.operands[0]], policy, **keyed)
+            short, result = op.name.rsplit(".", 1)[-1], op.results[0]
+            if short in _LOGIC:  # masks in, a mask out (LOWER-EW-4)
+                masks = [stored[x] for x in op.operands]
+                fn = _LOGIC[short]
+                stored[result] = kb.unary(fn, *masks) if fn == "not" else kb.binary(fn, *masks)
                 continue
-            vals = [value(x, accum) for x in op.operands]
-            r = kb.binary(_BINARY[short], *vals) if short in _BINARY else kb.unary(_UNARY[short], vals[0])
-            as_is = storage == accum and policy.overflow == "native"  # the accum value is the stored one
-            stored[op.results[0]] = r if as_is else kb.cast(r, policy, **keyed)
+            if short == "where":  # the stored value of a or b, bit for bit (LOWER-EW-4)
+                stored[result] = kb.select(*(stored[x] for x in op.operands))
+                continue
+            if short in _COMPARE:  # the operands in accum (exact), compared (LOWER-EW-4)
+                stored[result] = kb.binary(_COMPARE[short], *(value(x, accum) for x in op.operands))
+                continue
+            policy = result.type.policy  # rounded once with its rounding and overflow, as if stored
+            keyed = {"index": idx, "seed": op.attributes["seed"]} if policy.rounding == "stochastic" else {}
+            if short == "cast":  # one conversion of the stored source into the target policy
+                stored[result] = kb.cast(stored[op.operands[0]], policy, **keyed)
+                continue
+            r = _compute(kb, op, short, [value(x, accum) for x in op.operands])
+            as_is = _storage(result) == accum and policy.overflow == "native"  # the accum value is the stored one
+            stored[result] = r if as_is else kb.cast(r, policy, **keyed)
         kb.at(kop.location)
         for y, x in zip(ys, outputs):
             kb.store(y, [idx], stored[x])
@@ -141,7 +212,9 @@ def _cost(kop, s: dict, preset) -> KernelCost:
     hbm = sum(n_out * v.type.dtype.itemsize for v in (*kop.operands, *kop.results))
     flops = len(S.body_ops(kop)) * n_out
     tiles = -(-n_out // (s["lanes"] * s["vectorize"]))
-    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, t.policy.storage.name, preset))
+    fmt = next((_storage(v) for v in (*kop.results, *kop.operands) if not isinstance(v.type.policy, ElementKind)),
+               "f32")
+    return KernelCost(0, hbm, flops, tiles, kernel_seconds(flops, hbm, tiles, False, fmt, preset))
 
 
 FAMILY = KernelFamily(
@@ -149,5 +222,6 @@ FAMILY = KernelFamily(
     defaults=dict(tile=[128], lanes=128, vectorize=1, shared=False, padding=0, swizzle="none",
                   async_copy=False, stages=1),
     uses=("lanes", "vectorize"), fit=_fit, template=lower_elementwise, cost=_cost, staged=False,
-    scope="operands of the result's shape or 0-d", fuses=True)
-register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "cast")])
+    scope="tile formats, i1 masks, index comparisons; static operands that broadcast to the result's shape", fuses=True)
+register_family(FAMILY, [primitive(name) for name in (*_BINARY, *_UNARY, "fma", *_COMPARE, *_LOGIC, "where",
+                                                      "cast")])

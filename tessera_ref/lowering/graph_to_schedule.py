@@ -11,7 +11,7 @@ Tile lowering reports them). The families (LOWER-FAMILY-1) are :mod:`.matmul`, :
 
 Chains of a fusing family's ops (``KernelFamily.fuses``: the elementwise ops) become one
 kernel (LOWER-FUSE-1): consecutive ops of the function body, each of the chain's result
-shape with operands of that shape or 0-d (an op that uses nothing the chain computed joins
+shape with static operands that broadcast to it (LOWER-EW-2) (an op that uses nothing the chain computed joins
 too: the kernel then has one more result); constants between them are emitted before the
 kernel. The kernel's operands are
 the values the chain uses from outside, in order of first use; its results the chain's
@@ -26,6 +26,7 @@ from ..ir import schedule as S
 from ..ir.builtin import FUNC, func_op
 from .collective_matmul import apply_directive
 from .family import describe_families, family_of
+from .plan import broadcasts_to
 
 __all__ = ["fit_schedule", "graph_to_schedule"]
 
@@ -81,12 +82,12 @@ def _kernel(op: Operation, mapping: dict, directives: dict | None) -> Operation:
 
 def _chain_shape(op: Operation):
     """The result shape of ``op`` if it can be part of a fused chain (a fusing family's op
-    with one non-empty result of rank >= 1 and operands of that shape or 0-d), else None."""
+    with one non-empty static result and static operands that broadcast to its shape), else None."""
     family = family_of(op)
     if family is None or not family.fuses or len(op.results) != 1:
         return None
     shape = op.results[0].type.shape
-    if not shape or 0 in shape or any(v.type.shape not in (shape, ()) for v in op.operands):
+    if 0 in shape or not all(broadcasts_to(v.type.shape, shape) for v in (*op.operands, op.results[0])):
         return None
     return shape
 

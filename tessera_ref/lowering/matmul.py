@@ -65,7 +65,7 @@ from ..ir.fragment import blocked, mma_sync
 from ..numerics import get_format, tc
 from ..ops import primitive
 from .family import KernelCost, KernelFamily, fit_size, kernel_seconds, register_family
-from .plan import KernelPlan, check_nonempty, check_policy, each_element, mma_accum, the_op
+from .plan import KernelPlan, broadcast_index, check_nonempty, check_policy, each_element, mma_accum, the_op
 
 __all__ = ["FAMILY", "lower_matmul", "matmul_dims", "matmul_cost", "REGISTERS"]
 
@@ -145,22 +145,6 @@ def _piece_bytes(item: int, cols: int, row: int, dst_row: int) -> int | None:
     (rows of 2-byte elements of odd length): cp.async copies 4, 8 or 16 bytes (hardware.md)."""
     return next((b for b in (16, 8, 4) if b >= item and not (cols * item % b or row * item % b
                                                               or dst_row * item % b)), None)
-
-
-def _batch_index(kb, p, out_batch: tuple, x_batch: tuple):
-    """The flat index of the operand matrix (batch axes ``x_batch``, broadcast NumPy-style
-    to ``out_batch``) that output matrix ``p`` (row-major over ``out_batch``) reads."""
-    if tuple(x_batch) == tuple(out_batch):
-        return p
-    aligned = (1,) * (len(out_batch) - len(x_batch)) + tuple(x_batch)
-    index, stride = 0, 1
-    for axis in range(len(out_batch) - 1, -1, -1):
-        if aligned[axis] != 1:
-            coord = kb.binary("mod", kb.binary("floordiv", p, math.prod(out_batch[axis + 1:])), out_batch[axis])
-            term = kb.binary("mul", coord, stride) if stride != 1 else coord
-            index = term if isinstance(index, int) else kb.binary("add", index, term)
-        stride *= aligned[axis]
-    return index if not isinstance(index, int) else kb.const(index)
 
 
 def _initial(kb, C, staged, m0, n0, shape, accum: str, lanes: int, layout):
@@ -247,7 +231,7 @@ def lower_matmul(kop, name: str) -> KernelPlan:
     m0 = kb.binary("mul", kb.tile_id(0), BM)
     n0 = kb.binary("mul", kb.tile_id(1), BN)
     p = kb.tile_id(2) if batch else None
-    A, B, *Cs, D = (_Operand(kb, buf, None if p is None else _batch_index(kb, p, batch, b), t)
+    A, B, *Cs, D = (_Operand(kb, buf, None if p is None else broadcast_index(kb, p, batch, b), t)
                     for buf, b, t in zip(kb.params, batches, flags + [False] * (len(op.operands) - 1)))
     layout, k_major = _fragments(BM, BN, lanes, s["shared"], get_format(storage).dtype.itemsize, flags[0],
                                  mma_acc.startswith(tc.PREFIX))  # unstaged: the SIMT pattern of TILE-VIS-3

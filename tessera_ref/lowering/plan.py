@@ -16,7 +16,7 @@ from ..ir import tile as T
 from ..numerics import tc
 
 __all__ = ["KernelPlan", "the_op", "check_policy", "mma_accum", "check_nonempty", "each_element",
-           "SUPPORTED_STORAGE"]
+           "SUPPORTED_STORAGE", "broadcasts_to", "broadcast_index"]
 
 #: Storage formats the tile lowering handles (the tile interpreter's formats).
 SUPPORTED_STORAGE = ("f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "f64")
@@ -108,3 +108,41 @@ def each_element(kb: T.KernelBuilder, n: int, lanes: int, body) -> None:
         kb.if_(kb.binary("lt", e, n), then=lambda: body(e) or [])
         return []
     kb.for_(0, -(-n // lanes), 1, body=step)
+
+
+def broadcasts_to(shape, out) -> bool:
+    """Whether the static ``shape`` broadcasts to the static ``out`` by NumPy's rules
+    (right-aligned; each dimension equal or 1; GRAPH-TYPE-2)."""
+    return len(shape) <= len(out) and all(isinstance(d, int) and isinstance(o, int) and d in (o, 1)
+                                          for d, o in zip(reversed(shape), reversed(out)))
+
+
+def broadcast_index(kb: T.KernelBuilder, flat, out, x):
+    """The row-major flat index into an operand of shape ``x``, broadcast NumPy-style to
+    ``out``, that element ``flat`` (an index value below ``prod(out)``) of ``out`` reads.
+
+    Axes of size 1 in ``out`` are left out and runs of adjacent axes that the operand keeps
+    (or broadcasts) are merged, so ``[B, S, 1]`` against ``[B, S, V]`` is ``flat // V``,
+    ``[E]`` against ``[B, S, E]`` is ``flat mod E``, an operand of ``out``'s shape is ``flat``
+    itself and one that broadcasts everywhere (a scalar) index 0."""
+    aligned = (1,) * (len(out) - len(x)) + tuple(x)
+    runs = []  # [size, kept] of the merged axes, outermost first
+    for o, d in zip(out, aligned):
+        if o != 1:
+            if runs and runs[-1][1] == (d != 1):
+                runs[-1][0] *= o
+            else:
+                runs.append([o, d != 1])
+    if all(kept for _, kept in runs):
+        return flat
+    index, stride, inner = None, 1, 1
+    for i in range(len(runs) - 1, -1, -1):
+        size, kept = runs[i]
+        if kept:
+            coord = flat if inner == 1 else kb.binary("floordiv", flat, inner)
+            coord = kb.binary("mod", coord, size) if i else coord  # the outermost run needs no mod
+            term = coord if stride == 1 else kb.binary("mul", coord, stride)
+            index = term if index is None else kb.binary("add", index, term)
+            stride *= size
+        inner *= size
+    return kb.const(0) if index is None else index

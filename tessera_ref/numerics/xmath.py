@@ -366,7 +366,7 @@ def _reduce_pio2(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     lo = lo - (hi - s2)
     if big.any():
         for i in np.flatnonzero(big):
-            k[i], hi[i], lo[i] = _reduce_exact(float(x[i]))
+            k.flat[i], hi.flat[i], lo.flat[i] = _reduce_exact(float(x.flat[i]))  # any rank: flat indices
     return k, hi, lo
 
 

@@ -36,6 +36,13 @@ extern "C" int tsr_extreme(const char* name, int f64, const void* a, const void*
   }
   return 0;
 }
+extern "C" int tsr_pow_arrays(int f64, const void* x, const void* y, void* out, long n) {
+  for (long i = 0; i < n; ++i) {
+    if (f64) ((double*)out)[i] = tsr_pow(((const double*)x)[i], ((const double*)y)[i]);
+    else ((float*)out)[i] = tsr_pow(((const float*)x)[i], ((const float*)y)[i]);
+  }
+  return 0;
+}
 extern "C" int tsr_cvt_codes(const char* fmt, const double* x, unsigned long long* out, long n) {
   tsr_u64 (*enc)(double) = !std::strcmp(fmt, "f32") ? tsr_cvt_bits_f32 : !std::strcmp(fmt, "f16") ? tsr_cvt_bits_f16
                          : !std::strcmp(fmt, "bf16") ? tsr_cvt_bits_bf16 : !std::strcmp(fmt, "fp8_e4m3") ? tsr_cvt_bits_e4m3

@@ -97,6 +97,29 @@ def test_extremes_are_ieee_maximum_and_minimum(lib, which, dtype):
         assert np.signbit(out[i]) == np.signbit(r)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pow_matches_the_interpreter_on_every_special_pair_and_random_pairs(lib, dtype):
+    """NUM-MATH-12's rules (zeros, infinities, NaN, negative bases with odd, even and
+    non-integer exponents) and the exp(y·log|x|) path, as tsr_pow(float) and tsr_pow(double)."""
+    rng = np.random.default_rng(21)
+    v = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 2.5, -2.5,
+                  1e-40, 1e30, -7.0, 0.999, 1.001, 127.0, -128.0, 1e-7], dtype=dtype)
+    a, b = (g.ravel() for g in np.meshgrid(v, v))
+    x = np.concatenate([a, np.abs(rng.standard_normal(5000) * 10).astype(dtype),
+                        np.round(rng.standard_normal(2000) * 4).astype(dtype)])
+    y = np.concatenate([b, (rng.standard_normal(5000) * 8).astype(dtype),
+                        np.round(rng.standard_normal(2000) * 6).astype(dtype)])
+    out = np.empty_like(x)
+    assert lib.tsr_pow_arrays(int(dtype == np.float64), x.ctypes.data_as(ctypes.c_void_p),
+                              y.ctypes.data_as(ctypes.c_void_p), out.ctypes.data_as(ctypes.c_void_p),
+                              ctypes.c_long(x.size)) == 0
+    accum = "f64" if dtype == np.float64 else "f32"
+    with np.errstate(all="ignore"):
+        want = math_in_accum("pow", x, y, accum=accum)
+    _same_bits(out, want, f"tsr_pow({np.dtype(dtype).name})", x)
+    assert np.isnan(want).any() and np.isinf(want).any() and (want == 0).any()  # the rules are exercised
+
+
 def _boundary_inputs(fmt):
     """f64 inputs at and around every rounding boundary of ``fmt``, plus specials and randoms."""
     dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8_e4m3": ml_dtypes.float8_e4m3fn,

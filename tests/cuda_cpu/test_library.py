@@ -62,6 +62,12 @@ SHAPES = {
     "matmul_128": (lambda a, b: op.matmul(a, b), [(128, 128), (128, 128)], dict(tile=(64, 64, 16), stages=3)),
     "gemm_96x64x80": (lambda a, b, c: op.gemm(a, b, c), [(96, 80), (80, 64), (96, 64)], None),
     "fused_elementwise": (lambda a, b: op.maximum(a, b) * b - op.abs(a) / 3.0, [(33, 65), (33, 65)], None),
+    "broadcast_elementwise": (lambda x, m, b: op.neg((x - m) * b + 0.5), [(3, 5, 7), (3, 5, 1), (7,)], None),
+    "broadcast_middle_axis": (lambda x, y: op.maximum(x, y) / x, [(4, 1, 6), (5, 1)], None),
+    "math_chain": (lambda x, y: (op.pow(op.abs(x), y) - op.gelu(x, approximate="tanh"), op.cos(op.log(op.abs(y)))),
+                   [(3, 37), (37,)], dict(vectorize=2)),
+    "mask_chain": (lambda x, y: (op.where(op.logical_or(op.greater(x, y), op.less_equal(y, 0.0)), op.fma(x, y, x), y),
+                                 op.not_equal(x, y)), [(5, 9), (5, 1)], None),
     "attention_short": (lambda q, k, v: op.flash_attention(q, k, v, causal=True, block_k=16),
                         [(48, 32), (48, 32), (48, 32)], None),
 }
@@ -78,6 +84,17 @@ def test_small_shapes_give_the_interpreters_bits(name):
     program, inputs, want = _case(fn, shapes, directives)
     for schedule, cp_async in (("reverse", "deferred"), ("random:5", "eager")):
         _same(run_on(program, inputs, schedule, cp_async)[0], want)
+
+
+def test_index_comparisons_load_64_bit_values():
+    """LOWER-EW-4: index buffers are long*, and 2^40 is not truncated to the kernel's int index type."""
+    x = np.array([[3, 1, 2 ** 40 + 5], [0, 5, -2]])
+    y = np.array([2, 1, 7])  # truncated to 32 bits, 2^40 + 5 would be 5 < 7
+    program = lower(t.jit(lambda x, y: (op.less(x, y), op.equal(x, y))).trace(x, y))
+    with backends.use("interp"):
+        want, _ = program.run(x, y)
+    assert want[0].tolist() == [[False, False, False], [True, False, True]]
+    _same(run_on(program, [x, y], "random:2", "eager")[0], want)
 
 
 @pytest.mark.parametrize("model", ["tc:sm80", "tc:sm90"])

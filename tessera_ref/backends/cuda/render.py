@@ -34,7 +34,8 @@ emitter allows only when nothing between the load and the use writes memory or w
 
 Formats: f64 ``double``, f32 ``float``, f16 ``__half`` (cuda_fp16.h), bf16
 ``__nv_bfloat16`` (cuda_bf16.h), fp8_e4m3 / fp8_e5m2 ``__nv_fp8_e4m3`` / ``__nv_fp8_e5m2``
-(cuda_fp8.h); any other format is a LoweringError. A conversion into f32 or f64 from a
+(cuda_fp8.h), i1 masks ``bool``, index buffers ``long`` (a value loaded from one is a
+``long`` whatever the kernel's index type); any other format is a LoweringError. A conversion into f32 or f64 from a
 narrower format is exact: a C cast where the value feeds arithmetic (mma operands), the
 header's ``tsr_widen<T>(x)`` (NaN made the canonical quiet NaN of its sign) for a store or
 a ``cast`` op with ``rne``/``native``; every other conversion calls the device header's
@@ -45,7 +46,8 @@ may hold one (:func:`_nan_classes`) go through ``tsr_canon`` where stored, cast 
 with a loaded value (CUDA-RUN-3).
 Tensor-core ``mma`` ops call the header's ``tsr_mma_m16n8k16_{bf16,f16}`` or
 ``tsr_mma_m16n8k32_{e4m3,e5m2}`` and the kernel is guarded to its model's architecture (CUDA-TC-1).
-``exp`` / ``rsqrt`` call ``tsr_exp`` / ``tsr_rsqrt``, the NUM-MATH algorithms, and float
+The NUM-MATH ``unary`` functions (``exp`` … ``rsqrt``) and ``binary`` ``pow`` call
+``tsr_exp`` … ``tsr_rsqrt`` and ``tsr_pow``, the NUM-MATH algorithms, and float
 ``max`` / ``min`` call ``tsr_max`` / ``tsr_min`` (IEEE 754-2019 maximum/minimum: NaN
 propagates, which ``fmaxf`` does not), all from the device header the CUDA phase provides
 (``tessera_device.cuh``; DESIGN §9). Index values are ``int`` when every buffer is static
@@ -96,7 +98,7 @@ HEADER = """\
 """
 
 _CTYPE = {"f64": "double", "f32": "float", "f16": "__half", "bf16": "__nv_bfloat16", "fp8_e4m3": "__nv_fp8_e4m3",
-          "fp8_e5m2": "__nv_fp8_e5m2", "i1": "bool"}
+          "fp8_e5m2": "__nv_fp8_e5m2", "i1": "bool", "index": "long"}
 #: the side-effecting ops after which a broadcast fragment cannot be re-read from its view
 _WRITES = {f"{T.DIALECT}.{short}" for short in ("store", "frag_store", "cp_async", "cp_async_wait", "barrier",
                                                  "for", "if")}
@@ -115,14 +117,16 @@ def _format(t) -> str | None:
     """The format name of a scalar, buffer or fragment type (None for index and masks)."""
     if isinstance(t, IndexType) or isinstance(t, TensorType) and t.rank == 0:
         return None
-    return t.format.name if isinstance(t, ScalarType) else t.policy.storage.name
+    if isinstance(t, ScalarType):
+        return t.format.name
+    return t.policy.name if t.element_kind else t.policy.storage.name  # an i1 (bool) buffer: "i1"
 
 
 def _c(fmt: str, what, location=None) -> str:
     """The C type of format ``fmt``; a LoweringError for a format the emitter has none for."""
     if fmt not in _CTYPE:
         raise LoweringError(f"the CUDA emitter has no C type for the format {fmt} (of {what})", location=location,
-                            fix=f"use one of {', '.join(f for f in _CTYPE if f != 'i1')}")
+                            fix=f"use one of {', '.join(f for f in _CTYPE if f not in ('i1', 'index'))}")
     return _CTYPE[fmt]
 
 
@@ -180,6 +184,7 @@ _RAW_FNS = {"add", "sub", "mul", "div", "floordiv", "mod", "sqrt", "neg", "abs"}
 #: Ops whose NaN results are bits the kernel must keep: loads (any payload) and casts (a sign)
 _KEPT_OPS = {T._name(short) for short in ("load", "frag_load", "cast")}
 _SELECT, _SHFL, _MMA, _UNARY = T._name("select"), T._name("shfl_xor"), T._name("mma"), T._name("unary")
+_FMA = T._name("fma")
 
 
 def _closure(pairs) -> set:
@@ -199,7 +204,7 @@ def _closure(pairs) -> set:
 def _nan_classes(func) -> tuple:
     """``(raw, kept)``: the float values of ``func`` that may hold a NaN whose sign or payload
     is the hardware's (x86 and GPUs differ) rather than the interpreter's canonical quiet NaN
-    — the results of + - * / sqrt neg abs and mma, and what shfl_xor, select and for/if pass
+    — the results of + - * / sqrt neg abs, fma and mma, and what shfl_xor, select and for/if pass
     on from them — and those that may hold a NaN whose bits the interpreter keeps (loads,
     casts, scalar parameters, and what they pass on). The emitter canonicalizes a raw value
     where its bits are observed (stores, casts), and where it meets a kept one (a select's
@@ -226,7 +231,7 @@ def _nan_classes(func) -> tuple:
     kept_seeds = [(op.results[0], None) for op in func.walk() if op.name in _KEPT_OPS]
     shfl = [(op.results[0], op.operands[:1]) for op in func.walk() if op.name == _SHFL]
     kept = _closure([p for p in seeds + kept_seeds + shfl + merges if floating(p[0])])
-    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name == _MMA
+    raw_seeds = [(op.results[0], None) for op in func.walk() if op.name in (_MMA, _FMA)
                  or op.name in (_BINARY, _UNARY) and op.attributes["fn"] in _RAW_FNS]
     raw = _closure([p for p in raw_seeds + shfl + unseen + [m for m in merges if m[0] not in kept]
                     if floating(p[0])])
@@ -246,7 +251,7 @@ def _unobserved(value) -> bool:
     """Whether no use of ``value`` shows a NaN's bits: it only feeds arithmetic, comparisons,
     max/min, math functions and mma, whose NaN results do not depend on an operand's NaN bits
     (a carried accumulator may then mix a loaded NaN and a raw one)."""
-    return all(u.name in (_BINARY, _UNARY, _MMA) for u in value.users)
+    return all(u.name in (_BINARY, _UNARY, _MMA, _FMA) for u in value.users)
 
 
 def _index_type(func) -> str:
@@ -495,6 +500,8 @@ class _Emitter:
     def _binary_expr(fn: str, a: str, b: str, floating: bool) -> str:
         if fn in ("min", "max"):
             return f"{'tsr_' if floating else ''}{fn}({a}, {b})"
+        if fn in T.MATH2_FNS:
+            return f"tsr_{fn}({a}, {b})"
         return f"{a} {_BIN[fn]} {b}"
 
     @staticmethod
@@ -517,6 +524,15 @@ class _Emitter:
             self._frag_map(op, lambda x: self._unary_expr(fn, x, fmt))
             return
         self.value(op, self._unary_expr(fn, self.arg(op.operands[0]), fmt))
+
+    def op_fma(self, op):
+        """``fmaf`` / ``fma`` (one rounding, IEEE 754's fusedMultiplyAdd: TILE-NUM-1)."""
+        fmt = _format(op.results[0].type)
+        if fmt not in ("f32", "f64"):
+            raise LoweringError(f"the CUDA emitter renders fma of f32 or f64 values, not {fmt}", location=op.location,
+                                fix="cast the operands to f32 first")
+        args = ", ".join(self.arg(v) for v in op.operands)
+        self.value(op, f"{'fmaf' if fmt == 'f32' else 'fma'}({args})")
 
     def op_cast(self, op):
         src, dst = _format(op.operands[0].type), _format(op.results[0].type)
@@ -550,7 +566,11 @@ class _Emitter:
     # -- memory -----------------------------------------------------------------------------
     def op_load(self, op):
         view = self.names[op.operands[0]]
-        self.value(op, view.at([self.arg(v) for v in op.operands[1:]]))
+        text = view.at([self.arg(v) for v in op.operands[1:]])
+        if _format(op.operands[0].type) == "index":  # a 64-bit value, whatever the kernel's index type
+            self.emit(f"long {self.name(op.results[0])} = {text};")
+            return
+        self.value(op, text)
 
     def op_store(self, op):
         view = self.names[op.operands[0]]
@@ -1051,6 +1071,7 @@ RULES = {T._name(short): rule for short, rule in {
     "lane_id": _Emitter.op_lane_id, "linear_id": _Emitter.op_linear_id, "num_lanes": _Emitter.op_num_lanes,
     "tile_id": _Emitter.op_tile_id, "num_tiles": _Emitter.op_num_tiles, "dim": _Emitter.op_dim,
     "constant": _Emitter.op_constant, "binary": _Emitter.op_binary, "unary": _Emitter.op_unary,
+    "fma": _Emitter.op_fma,
     "cast": _Emitter.op_cast, "select": _Emitter.op_select, "shfl_xor": _Emitter.op_shfl_xor,
     "uniform": _Emitter.op_uniform,
     "load": _Emitter.op_load, "store": _Emitter.op_store,

@@ -347,6 +347,25 @@ TSR_FN double tsr_gelu_tanh_f64(double x) {
   return TSR_MUL(x, tsr_sigmoid_f64(TSR_MUL(0x1.9884533d43651p+0, v)));
 }
 
+TSR_FN double tsr_pow_f64(double x, double y) {  // NUM-MATH-12: the first matching rule
+  if (y == 0.0 || x == 1.0) return 1.0;
+  if (tsr_isnan(x) || tsr_isnan(y)) return TSR_NAN;
+  double ax = tsr_fabs(x);
+  if (tsr_fabs(y) == TSR_INF) return ax == 1.0 ? 1.0 : ((ax < 1.0) == (y > 0.0) ? 0.0 : TSR_INF);
+  bool yint = TSR_FLOOR(y) == y;  // y is finite from here
+  double hy = TSR_MUL(y, 0.5);
+  bool yodd = yint && TSR_FLOOR(hy) != hy;
+  if (x == 0.0) {
+    if (y < 0.0) return yodd ? tsr_u2d(tsr_d2u(TSR_INF) | (tsr_d2u(x) & 0x8000000000000000ull)) : TSR_INF;
+    return yodd ? x : 0.0;
+  }
+  if (x == -TSR_INF) return y < 0.0 ? (yodd ? -0.0 : 0.0) : (yodd ? -TSR_INF : TSR_INF);
+  if (x == TSR_INF) return y < 0.0 ? 0.0 : TSR_INF;
+  if (x < 0.0 && !yint) return TSR_NAN;
+  double r = tsr_exp_f64(TSR_MUL(y, tsr_log_f64(ax)));
+  return x < 0.0 && yodd ? -r : r;
+}
+
 // sin and cos in radians (NUM-MATH-6). Beyond CW_MAX the reduction is exact: with
 // K = floor(π/2·2^1600) (TSR_PIO2_K, 32-bit limbs, least significant first),
 // k = nearest integer of x·2^1600/K and ρ = x − k·K·2^-1600, computed as (x·2^1600) mod 4K by
@@ -518,6 +537,8 @@ TSR_MATH(silu)
 TSR_MATH(gelu)
 TSR_MATH(gelu_tanh)
 TSR_MATH(rsqrt)
+TSR_FN double tsr_pow(double x, double y) { return tsr_canon(tsr_pow_f64(x, y)); }
+TSR_FN float tsr_pow(float x, float y) { return tsr_math_f32(tsr_pow_f64((double)x, (double)y)); }
 #undef TSR_MATH
 
 // ---------------------------------------------------------------------------------------

@@ -78,6 +78,12 @@ def float_binary(fn: str, x, y, fmt: str, location=None):
         return _value(_UFUNC[fn](x, y))
 
 
+def float_fma(x, y, z, fmt: str, location=None):
+    """``x·y + z`` of values of format ``fmt``, rounded once (NUM-EW-2: ``accum_op("fma")``)."""
+    computable(fmt, "'fma'", location)
+    return _value(accum_op("fma", x, y, z, accum=fmt))
+
+
 def float_unary(fn: str, x, fmt: str, location=None):
     """``neg``, ``abs`` (any float format) or ``sqrt`` (a compute format) of a ``fmt`` value."""
     if fn in _SIGN:

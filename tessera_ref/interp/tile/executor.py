@@ -40,7 +40,7 @@ from ...numerics.reduce import dot_canonical, reduce_canonical
 from ...ops.exact import math_in_accum
 from ...sim.roofline import roofline
 from . import checkers as C
-from .arith import STORAGE_FORMATS, cast_value, computable, convert, float_binary, float_unary, number
+from .arith import STORAGE_FORMATS, cast_value, computable, convert, float_binary, float_fma, float_unary, number
 from .counters import Counters, lane_requests, sectors, wavefronts
 from .memory import ALL_LANES, Global, Shared, View
 from .progress import Progress
@@ -138,7 +138,7 @@ class Run:
                 base += -(-value.nbytes // 256) * 256 + 256
                 self.env[param] = buf
                 out[name] = buf
-                self.dtype_hint = self.dtype_hint or t.format.name
+                self.dtype_hint = self.dtype_hint or (None if t.element_kind else t.format.name)  # not a mask
             else:
                 self.env[param] = number(value, _dtype(t))
         return out
@@ -482,6 +482,8 @@ def _binary(run, op, mask):
     x, y = (_operand_array(run, op, run.env[v]) for v in op.operands)
     t = op.operands[0].type
     is_float = _is_float(t)
+    if fn in T.MATH2_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.pow)
+        return _math(run, op, mask, np.asarray(x), np.asarray(y))
     if fn == "div" and not is_float:
         raise KernelError("'/' of index values; use '//' for integer division", location=op.location,
                           fix="write a // b")
@@ -513,15 +515,33 @@ def _unary(run, op, mask):
     if fn == "not":
         return np.logical_not(x)
     if fn in T.MATH_FNS:  # NUM-MATH in the format's accum, rounded once into it (as op.exp etc.)
-        computable(t.format.name, f"'{fn}'", op.location)
-        out = convert(math_in_accum(fn, np.asarray(x), accum=t.policy.accum), _dtype(t))
-        run.counters.flops += int(np.size(x)) if isinstance(t, TensorType) else int(mask.sum())
-        return out
+        return _math(run, op, mask, np.asarray(x))
     if not _is_float(t):
         if fn not in _UNARY_INDEX:
             raise KernelError(f"'{fn}' of an index value", location=op.location, fix="cast it to f32 first")
         return _UNARY_INDEX[fn](x)
     return float_unary(fn, x, t.format.name, op.location)
+
+
+def _fma(run, op, mask):
+    """TILE-NUM-1: ``x·y + z`` rounded once in the result's format; two FLOPs per element."""
+    x, y, z = (_operand_array(run, op, run.env[v]) for v in op.operands)
+    t = op.results[0].type
+    if not _is_float(t):
+        raise KernelError("'fma' of index values", location=op.location, fix="write x * y + z")
+    out = float_fma(x, y, z, t.format.name, op.location)
+    run.counters.flops += 2 * (int(np.size(out)) if isinstance(t, TensorType) else int(mask.sum()))
+    return out
+
+
+def _math(run, op, mask, *xs):
+    """TILE-NUM-1: the NUM-MATH function ``fn`` of ``xs`` in the result format's accum,
+    rounded once into it (``math_in_accum``, as the graph's ops); one FLOP per element."""
+    fn, t = op.attributes["fn"], op.results[0].type
+    computable(t.format.name, f"'{fn}'", op.location)
+    out = convert(math_in_accum(fn, *xs, accum=t.policy.accum), _dtype(t))
+    run.counters.flops += int(np.size(out)) if isinstance(t, TensorType) else int(mask.sum())
+    return out
 
 
 def _reduce(run, op, mask):
@@ -857,7 +877,7 @@ def _collective_in(run, op):
 #: The handler of each Tile IR op: ``handler(run, op, mask)`` returns its result(s).
 HANDLERS = {T._name(k): v for k, v in {
     "lane_id": _ids, "linear_id": _ids, "num_lanes": _ids, "tile_id": _ids, "num_tiles": _ids,
-    "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "reduce": _reduce, "cast": _cast,
+    "dim": _dim, "constant": _constant, "binary": _binary, "unary": _unary, "fma": _fma, "reduce": _reduce, "cast": _cast,
     "select": _select, "shfl_xor": _shfl_xor, "uniform": _uniform, "load": _load, "store": _store, "alloc": _alloc, "subview": _subview,
     "cp_async": _cp_async, "cp_async_commit": _commit, "cp_async_wait": _wait, "barrier": _barrier,
     "fill": _fill, "frag_load": _frag_load, "frag_store": _frag_store, "mma": _mma, "for": _for,

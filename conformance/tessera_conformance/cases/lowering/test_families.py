@@ -20,7 +20,10 @@ RNG = np.random.default_rng(9)
 FAMILY_OPS = {
     "matmul": ["matmul"],
     "rows": ["layernorm_safe", "max", "mean", "min", "rmsnorm_safe", "softmax", "sum"],
-    "elementwise": ["abs", "add", "cast", "div", "maximum", "minimum", "mul", "neg", "sub"],
+    "elementwise": ["abs", "add", "cast", "cos", "div", "equal", "erf", "erfc", "exp", "expm1", "fma", "gelu",
+                    "greater", "greater_equal", "less", "less_equal", "log", "logical_and", "logical_not",
+                    "logical_or", "maximum", "minimum", "mul", "neg", "not_equal", "pow", "rsqrt", "sigmoid", "silu",
+                    "sin", "sqrt", "sub", "tanh", "where"],
     "attention": ["flash_attention"],
     "random": ["dropout", "rand"],
 }
@@ -35,7 +38,7 @@ def test_the_families_and_their_ops():
         assert all(PRIMITIVES[o].kernel_family is family for o in ops)
     lowering = {p.kernel_family for p in PRIMITIVES.values()}
     assert lowering == set(FAMILIES.values()) | {None}
-    assert PRIMITIVES["exp"].kernel_family is None and PRIMITIVES["transpose"].kernel_family is None
+    assert PRIMITIVES["argmax"].kernel_family is None and PRIMITIVES["transpose"].kernel_family is None
 
 
 def _default(fn, *shapes):
@@ -80,8 +83,8 @@ def bad_axes(x):
     return op.sum(x, axis=(0, 2))  # LOWER-FAMILY bad axes
 
 
-def bad_broadcast(a, b):
-    return a + b  # LOWER-FAMILY bad broadcast
+def bad_where(m, a):
+    return op.where(m, a, a)  # LOWER-FAMILY bad where
 
 
 def bad_lanes(q):
@@ -100,8 +103,7 @@ def bad_lanes(q):
     (bad_matmul, [np.ones((64, 64), np.float32)] * 2, dict(shared=False), "bad transpose", "transpose_a"),
     (bad_empty, [np.ones((0, 64), np.float32), np.ones((64, 64), np.float32)], None, "bad empty", "tensor<0x64xf32>"),
     (bad_axes, [np.ones((5, 7, 3), np.float32)], None, "bad axes", "tensor<5x7x3xf32>"),
-    (bad_broadcast, [np.ones((5, 1), np.float32), np.ones((5, 7), np.float32)], None, "bad broadcast",
-     "tensor<5x1xf32>"),
+    (bad_where, [np.ones((5, 1), bool), np.arange(35).reshape(5, 7)], None, "bad where", "tensor<5x7xindex>"),
     (bad_lanes, [np.ones((32, 16), np.float32)], dict(lanes=48), "bad lanes", "48 lanes"),
 ])
 def test_anything_else_is_a_lowering_error_naming_op_types_and_line(backend, fn, args, directives, marker, types):

@@ -195,3 +195,70 @@ def test_lane_t_of_tile_g_handles_g_lanes_v_plus_j_lanes_plus_t(backend, n, lane
                                                      32 * global_sectors(requests, size))
     assert c.global_requests == 3 * len(requests)
     assert tile_funcs(program)[0].attributes["launch.lanes"] == lanes
+
+
+@clause("LOWER-EW-2", "LOWER-FUSE-1", "LOWER-EXACT-1")
+@pytest.mark.parametrize("shapes", [[(4, 6, 9), (4, 6, 1)], [(4, 6, 9), (9,)], [(4, 6, 9), ()], [(4, 1, 9), (6, 1)],
+                                    [(1,), (5, 3, 1)], [(), ()]], ids=str)
+def test_broadcast_operands_are_read_at_numpys_positions(backend, shapes):
+    """Each element reads every operand where NumPy broadcasts it; the chain is one kernel
+    whose ops each round once (f16: the double rounding shows)."""
+    a, b = (round_to(RNG.standard_normal(s) * 4, "f16").reshape(s) for s in shapes)
+    f = lambda a, b: (a - b) * a + b  # noqa: E731
+    got, _, program = lowered(backend, f, a, b)
+    assert_bits(got, graph(f, a, b))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = round_to(round_to(round_to(a64 - b64, "f16").astype(np.float64) * a64, "f16").astype(np.float64) + b64,
+                    "f16")
+    assert_bits(got[0].reshape(-1), np.asarray(want).reshape(-1))
+    assert len(tile_funcs(program)) == 1
+
+
+MATH = ["exp", "expm1", "log", "sqrt", "rsqrt", "tanh", "erf", "erfc", "sigmoid", "silu", "gelu", "sin", "cos"]
+
+
+@clause("LOWER-EW-3", "LOWER-EXACT-1")
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+def test_math_functions_are_kernels_with_the_graphs_bits(backend, fmt):
+    """Every NUM-MATH function (and pow with a broadcast exponent, gelu's tanh form) as one
+    fused kernel: each result the op's NUM-MATH value rounded once into accum, then storage."""
+    x = round_to(np.concatenate([RNG.standard_normal(58) * 4, [0.0, -0.0, np.inf, -np.inf, np.nan, 3e6]]), fmt)
+    x = x.reshape(2, 32)
+    y = round_to(RNG.standard_normal(32) * 2, fmt)
+    f = lambda x, y: tuple(getattr(op, n)(x) for n in MATH) + (op.gelu(x, approximate="tanh"),  # noqa: E731
+                                                                 op.pow(op.abs(x), y))
+    got, _, program = lowered(backend, f, x, y)
+    assert_bits(got, graph(f, x, y))
+    assert len(tile_funcs(program)) == 1
+    assert_close(got[0][0], np.exp(x[0].astype(np.float64)), rel={"f32": 2.0 ** -23, "bf16": 2.0 ** -8}[fmt])
+
+
+@clause("LOWER-EW-4", "LOWER-EXACT-1")
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+def test_comparisons_masks_where_and_fma_are_kernels(backend, fmt):
+    """IEEE comparisons (NaN unordered, −0 = +0) of broadcast operands, mask logic, a where that
+    moves bits (a NaN payload kept) and an fma rounded once, as one kernel."""
+    a = round_to(RNG.standard_normal((4, 16)) * 3, fmt)
+    a[0, :4] = round_to(np.array([0.0, np.nan, np.inf, -1.0]), fmt)
+    if fmt == "f32":
+        a[1, 0] = np.array(0x7FC00123, np.uint32).view(np.float32)
+    b = round_to(RNG.standard_normal(16), fmt)
+    b[:4] = round_to(np.array([-0.0, np.nan, np.inf, 2.0]), fmt)
+    c = round_to(RNG.standard_normal((4, 1)), fmt)
+
+    def f(a, b, c):
+        lt, eq = op.less(a, b), op.equal(a, b)
+        keep = op.logical_or(op.logical_and(lt, op.logical_not(eq)), op.not_equal(a, a))
+        return (op.where(keep, a, b), op.fma(a, b, c), op.greater_equal(a, b), op.less_equal(a, b),
+                op.greater(a, c))
+    with np.errstate(invalid="ignore"):
+        got, _, program = lowered(backend, f, a, b, c)
+        want = graph(f, a, b, c)
+    assert_bits(got, want)
+    assert len(tile_funcs(program)) == 1
+    assert got[2][0, :4].tolist() == [True, False, True, False] and got[3][0, :4].tolist() == [True, False, True, True]
+    if fmt == "f32":
+        assert int(got[0][1, 0].view(np.uint32)) == 0x7FC00123  # where moved the NaN's payload
+    a64, b64, c64 = (v.astype(np.float64) for v in (a, b, c))
+    finite = np.isfinite(a64 * b64 + c64)
+    assert_bits(got[1][finite], round_to(round_to(a64 * b64 + c64, "f32").astype(np.float64), fmt)[finite])
