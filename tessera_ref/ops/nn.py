@@ -336,32 +336,47 @@ def _scale(call, head_dim: int):
     return math_in_accum("rsqrt", np.float64(head_dim), accum=_accum(call))
 
 
-def _attention_impl(call, q, k, v):
+def _attention_scores(call, q, k):
+    """The blocks of the online softmax (GRAPH-FLASHATTENTION-1): for each key block in
+    ascending order, ``(t0, s)`` with ``s = (q·k_blockᵀ) ⊗ scale``, masked keys ``-inf``."""
     accum = _accum(call)
     Sq, D = q.shape[-2:]
     Sk = k.shape[-2]
     scale = _scale(call, D)
-    out_shape = call.out_types[0].shape
-    m = np.full(out_shape[:-1], -np.inf, dtype=accum.dtype)
-    ell = np.zeros(out_shape[:-1], dtype=accum.dtype)
-    acc = np.zeros(out_shape, dtype=accum.dtype)
     rows = np.arange(Sq)[:, None]
     bk = call.attrs["block_k"]
     for t0 in range(0, Sk, bk):
-        kb, vb = k[..., t0:t0 + bk, :], v[..., t0:t0 + bk, :]
+        kb = k[..., t0:t0 + bk, :]
         s = _op("mul", dot_canonical(q, np.swapaxes(kb, -1, -2), accum=accum), scale, call=call)
         if call.attrs["causal"]:
             keys = t0 + np.arange(kb.shape[-2])[None, :]
             s = np.where(keys <= rows + (Sk - Sq), s, np.array(-np.inf, dtype=accum.dtype))
-        m_new = reduce_canonical(np.concatenate([m[..., None], s], axis=-1), -1, "max", accum=accum)
-        shift = np.where(m_new == -np.inf, np.array(0.0, dtype=accum.dtype), m_new)
-        p = math_in_accum("exp", _op("sub", s, shift[..., None], call=call), accum=accum)
-        alpha = math_in_accum("exp", _op("sub", m, shift, call=call), accum=accum)
-        ell = _op("add", _op("mul", alpha, ell, call=call),
-                  reduce_canonical(p, -1, "sum", accum=accum), call=call)
+        yield t0, s
+
+
+def _online_step(call, m, ell, s):
+    """One block of the online softmax: ``(m_new, ell_new, p, alpha)`` from the running row
+    max ``m`` and sum ``ell`` and the block's scores ``s``."""
+    accum = _accum(call)
+    m_new = reduce_canonical(np.concatenate([m[..., None], s], axis=-1), -1, "max", accum=accum)
+    shift = np.where(m_new == -np.inf, np.array(0.0, dtype=accum.dtype), m_new)
+    p = math_in_accum("exp", _op("sub", s, shift[..., None], call=call), accum=accum)
+    alpha = math_in_accum("exp", _op("sub", m, shift, call=call), accum=accum)
+    ell = _op("add", _op("mul", alpha, ell, call=call), reduce_canonical(p, -1, "sum", accum=accum), call=call)
+    return m_new, ell, p, alpha
+
+
+def _attention_impl(call, q, k, v):
+    accum = _accum(call)
+    out_shape = call.out_types[0].shape
+    m = np.full(out_shape[:-1], -np.inf, dtype=accum.dtype)
+    ell = np.zeros(out_shape[:-1], dtype=accum.dtype)
+    acc = np.zeros(out_shape, dtype=accum.dtype)
+    bk = call.attrs["block_k"]
+    for t0, s in _attention_scores(call, q, k):
+        m, ell, p, alpha = _online_step(call, m, ell, s)
         acc = _op("add", _op("mul", alpha[..., None], acc, call=call),
-                  dot_canonical(p, vb, accum=accum), call=call)
-        m = m_new
+                  dot_canonical(p, v[..., t0:t0 + bk, :], accum=accum), call=call)
     return to_storage(call, _op("div", acc, ell[..., None], call=call))
 
 
