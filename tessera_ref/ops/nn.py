@@ -417,19 +417,13 @@ def _attention_probs(o, attrs, q, k, policy):
 
 
 def _attention_vjp(attrs, primals, results, cts):
-    """AD-FLASHATTENTION-1: the adjoint of the attention function ``softmax(mask(scale·q·kᵀ))·v``
-    (the blocked online softmax is one rounding of that function): with ``P`` recomputed,
-    ``v̄ = Pᵀ·ḡ``, ``P̄ = ḡ·vᵀ``, ``S̄ = scale ⊗ P ⊗ (P̄ ⊖ Σ P̄ ⊗ P)``, ``q̄ = S̄·k``, ``k̄ = S̄ᵀ·q``,
-    each summed over broadcast batch axes — in the accumulation format, each rounded once into
-    storage. Masked scores have ``P = 0`` and get no gradient."""
-    def bars(policy, q, k, v, g):
-        o = op()
-        p, scale = _attention_probs(o, attrs, q, k, policy)
-        dv = o.matmul(p, g, transpose_a=True)
-        ds = o.mul(_softmax_transpose(o, p, o.matmul(g, v, transpose_b=True), -1), scale)
-        dq, dk = o.matmul(ds, k), o.matmul(ds, q, transpose_a=True)
-        return tuple(unbroadcast(bar, x.shape) for bar, x in zip((dq, dk, dv), (q, k, v)))
-    return in_accum(bars, *primals, cts[0])
+    """AD-FLASHATTENTION-1: FlashAttention-2's backward — the row log-sum-exp
+    ``L = op.flash_attention_lse(q, k)`` and ``(q̄, k̄, v̄) = op.flash_attention_bwd(q, k, v, o,
+    L, ḡ)`` (GRAPH-FLASHATTENTIONLSE-1, GRAPH-FLASHATTENTIONBWD-1): what the backward keeps of
+    the forward is q, k, v and o, and no value of it is ``[Sq, Sk]``."""
+    o = op()
+    lse = o.flash_attention_lse(*primals[:2], **{k: attrs[k] for k in ("causal", "scale", "block_k") if k in attrs})
+    return o.flash_attention_bwd(*primals, results[0], lse, cts[0], **{k: v for k, v in attrs.items() if k != "seed"})
 
 
 def _attention_jvp(attrs, primals, tangents, results):
