@@ -27,7 +27,7 @@ from ..numerics.reduce import dot_canonical, reduce_canonical
 from .adjoint import accum_policy, cast_to, constant, materialize, op, unbroadcast
 from .bind import bind
 from .exact import math_in_accum, reduce_axes
-from .nn import (_accum, _attention_infer, _attention_probs, _attention_scores, _check_block, _check_float,
+from .nn import (_accum, _attention_type, _attention_probs, _attention_scores, _check_block, _check_float,
                  _causal_mask, _online_step, _op, _scale)
 from .primitive import Attr, Cost, define
 from .sharding import ShardPlan
@@ -76,7 +76,7 @@ def _lead_rule(trailing: tuple, results: tuple):
 # flash_attention_lse
 
 def _lse_infer(attrs, q, k):
-    o = _attention_infer(attrs, q, k, k)
+    o = _attention_type(q, k, k)
     return TensorType(o.shape[:-1], accum_policy(q.policy))
 
 
@@ -142,7 +142,7 @@ def flash_attention_lse(q, k, *, causal=False, scale=None, block_k=64):
 
 def _bwd_infer(attrs, q, k, v, o, lse, do):
     name = "flash_attention_bwd"
-    out = _attention_infer(attrs, q, k, v)
+    out = _attention_type(q, k, v)
     want_lse = TensorType(out.shape[:-1], accum_policy(q.policy))
     for label, t, want in (("o", o, out), ("do", do, out), ("lse", lse, want_lse)):
         if t != want:

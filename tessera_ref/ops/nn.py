@@ -314,6 +314,13 @@ def rmsnorm_safe(x, weight=None, *, axis=-1, eps=1e-6, seed=None):
 # flash_attention
 
 def _attention_infer(attrs, q, k, v):
+    out = _attention_type(q, k, v)
+    require_seed("flash_attention", attrs, out)
+    return out
+
+
+def _attention_type(q, k, v):
+    """The result type of attention over ``q``, ``k``, ``v`` (shapes and policies checked)."""
     name = "flash_attention"
     element = same_element(name, q, k, v)
     require_float(name, q)
@@ -324,9 +331,7 @@ def _attention_infer(attrs, q, k, v):
         raise ShapeError(f"{name}: q {q} and k {k} must share D (last axis) and k and v {v} must share "
                          f"Sk (second-to-last axis)", fix="check the head dimension and the key length")
     batch = broadcast_shapes(name, *(TensorType(t.shape[:-2], element) for t in (q, k, v)))
-    out = TensorType(batch + (q.shape[-2], v.shape[-1]), element)
-    require_seed(name, attrs, out)
-    return out
+    return TensorType(batch + (q.shape[-2], v.shape[-1]), element)
 
 
 def _scale(call, head_dim: int):
