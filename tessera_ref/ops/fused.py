@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import OpError, ShapeError
+from ..numerics.exactsum import exact_sum
 from ..ir import TensorType
 from ..ir.layout import ShardLayout
 from ..numerics.arith import to_accum
 from ..numerics.reduce import dot_canonical, reduce_canonical
-from .adjoint import accum_policy, cast_to, constant, materialize, op, unbroadcast
+from .adjoint import accum_policy, along, cast_to, constant, materialize, op, unbroadcast
 from .bind import bind
 from .exact import math_in_accum, reduce_axes
-from .nn import (_accum, _attention_type, _attention_probs, _attention_scores, _check_block, _check_float,
-                 _causal_mask, _online_step, _op, _scale)
-from .primitive import Attr, Cost, define
-from .sharding import ShardPlan
-from .typecheck import SEED_ATTR, check_bool, nbytes, numel, require_seed, to_storage
+from .nn import (_accum, _along, _attention_type, _attention_probs, _attention_scores, _check_block, _check_float,
+                 _causal_mask, _expand, _norm_core, _normalized, _online_step, _op, _scale)
+from .reduction import _exact_mean
+from .primitive import REQUIRED, Attr, Cost, define
+from .sharding import ShardPlan, whole
+from .typecheck import SEED_ATTR, check_bool, check_int, nbytes, normalize_axis, numel, require_seed, same_element, to_storage
 
-__all__ = ["flash_attention_lse", "flash_attention_bwd"]
+__all__ = ["flash_attention_lse", "flash_attention_bwd", "norm_safe_bwd"]
 
 
 def in_wide(fn, values, like):
@@ -286,3 +288,160 @@ def flash_attention_bwd(q, k, v, o, lse, do, *, causal=False, scale=None, block_
     of q̄; each result is rounded once into its operand's storage."""
     return bind(FLASH_ATTENTION_BWD, q, k, v, o, lse, do, causal=causal, scale=scale, block_k=block_k,
                 block_q=block_q, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------
+# norm_safe_bwd
+
+def _norm_bwd_infer(attrs, x, g, *weight):
+    name = "norm_safe_bwd"
+    same_element(name, x, g, *weight)
+    if g != x:
+        raise ShapeError(f"{name}: the cotangent g {g} must have x's type {x}", fix="pass the cotangent of the norm's result")
+    if attrs["bias"] and not weight:
+        raise OpError(f"{name}: bias=True needs the weight operand", fix="pass the weight (ones for none)")
+    length = x.shape[attrs["axis"]]
+    if weight and weight[0].shape != (length,):
+        raise ShapeError(f"{name}: weight {weight[0]} must have shape [{length}] (axis {attrs['axis']} of x {x})",
+                         fix="pass the norm's weight vector")
+    require_seed(name, attrs, x)
+    return (x,) + tuple(weight) * (1 + attrs["bias"])
+
+
+def _reduce(policy, t, axes: tuple, name: str):
+    """``sum``/``mean`` over ``axes`` of accum values as the reduction ops compute them in the
+    accumulation policy ``policy`` (NUM-RED-2, or NUM-RED-4 when its reduction is exact)."""
+    if policy.reduction == "exact":
+        return exact_sum(t, axis=axes, out_fmt=policy) if name == "sum" else _exact_mean(t, axes, policy, None)
+    return reduce_axes(t, axes, name, accum=policy.accum)
+
+
+def _norm_bwd_impl(call, x, g, *weight):
+    axis, center = call.attrs["axis"], call.attrs["center"]
+    policy = accum_policy(call.in_types[0].policy)
+    X, G = to_accum(x, policy.accum), to_accum(g, policy.accum)
+    others = tuple(i for i in range(x.ndim) if i != axis)
+
+    def mean(t):
+        return _expand(np.asarray(_reduce(policy, t, (axis,), "mean")), axis)
+
+    def sub(a, b):
+        return _op("sub", a, b, call=call)
+
+    def mul(a, b):
+        return _op("mul", a, b, call=call)
+    c = sub(X, mean(X)) if center else X
+    eps = to_accum(np.float64(call.attrs["eps"]), policy.accum)
+    r = math_in_accum("rsqrt", _op("add", mean(mul(c, c)), eps, call=call), accum=policy.accum)
+    xh = mul(c, r)
+    gw = mul(G, _along(to_accum(weight[0], policy.accum), axis, x.ndim)) if weight else G
+    d = mul(r, sub(gw, mul(xh, mean(mul(xh, gw)))))
+    bars = [sub(d, mean(d)) if center else d]
+    if weight:
+        bars.append(np.asarray(_reduce(policy, mul(G, xh), others, "sum")) if others else mul(G, xh))
+    if call.attrs["bias"]:
+        bars.append(np.asarray(_reduce(policy, G, others, "sum")) if others else G)
+    return tuple(to_storage(call, b.reshape(t.shape), t) for b, t in zip(bars, call.out_types))
+
+
+def _norm_bwd_cost(call):
+    n = numel(call.in_types[0])
+    return Cost((10 + 2 * len(call.out_types)) * n,
+                sum(nbytes(t) for t in call.in_types) + sum(nbytes(t) for t in call.out_types))
+
+
+def _norm_bwd_shard(attrs, x, g, *weight) -> ShardPlan:
+    """x and g keep their splits but along the normalized axis; the weight whole; x̄ in x's
+    layout, w̄ and b̄ pending sums over the mesh axes splitting x's other dimensions."""
+    lay = whole(x.layout, (attrs["axis"],))
+    pending = tuple(a for d, axes in enumerate(lay.dims) if d != attrs["axis"] for a in axes)
+    vector = ShardLayout(((),), pending)
+    return ShardPlan((lay, lay) + tuple(whole(w.layout) for w in weight), (lay,) + (vector,) * (len(weight) + attrs["bias"]))
+
+
+def _norm_bwd_tangents(attrs, policy, x, g, w, dx, dg, dw):
+    """The tangents of ``(x̄, w̄, b̄)`` (present ones) for tangents ``ẋ``, ``ġ``, ``ẇ`` (``None``:
+    zero) — see AD-NORMSAFEBWD-1."""
+    o, axis, center = op(), attrs["axis"], attrs["center"]
+    others = tuple(i for i in range(x.ndim) if i != axis)
+
+    def mean(t):
+        return o.mean(t, axis=axis, keepdims=True)
+
+    def per_feature(t):
+        return o.sum(t, axis=others) if others else t
+    xh, r = _normalized(o, attrs, x, center, policy)
+    gw = o.mul(g, along(w, axis, x.ndim)) if w is not None else g
+    dxh = _norm_core(o, xh, r, dx, axis, center)
+    # ∂/∂x of core(x; gw) along ẋ
+    m = mean(o.mul(xh, gw))
+    d0 = o.mul(r, o.sub(gw, o.mul(xh, m)))
+    rdot = o.neg(o.mul(o.mul(r, r), mean(o.mul(xh, dx))))
+    dd = o.sub(o.mul(o.div(rdot, r), d0), o.mul(r, o.add(o.mul(dxh, m), o.mul(xh, mean(o.mul(dxh, gw))))))
+    xbar = o.sub(dd, mean(dd)) if center else dd
+    g_dot = None if dg is None else (o.mul(dg, along(w, axis, x.ndim)) if w is not None else dg)
+    if w is not None and dw is not None:
+        g_dot = o.mul(g, along(dw, axis, x.ndim)) if g_dot is None else o.add(g_dot, o.mul(g, along(dw, axis, x.ndim)))
+    if g_dot is not None:
+        xbar = o.add(xbar, _norm_core(o, xh, r, g_dot, axis, center))
+    out = [xbar]
+    if w is not None:
+        wbar = o.mul(g, dxh)
+        out.append(per_feature(wbar if dg is None else o.add(o.mul(dg, xh), wbar)))
+    if attrs["bias"]:
+        out.append(None if dg is None else per_feature(dg))
+    return tuple(out)
+
+
+def _norm_bwd_jvp(attrs, primals, tangents, results):
+    """AD-NORMSAFEBWD-1: the tangents of the norm's gradients (a Hessian-vector product)."""
+    if all(t is None for t in tangents):
+        return (None,) * len(results)
+    x, g, *w = primals
+    dx, dg, *dw = tangents
+
+    def fn(policy, x, g, w, dx, dg, dw):
+        return _norm_bwd_tangents(attrs, policy, x, g, w, materialize(dx, x), dg, dw)
+    return in_wide(lambda policy, *v: fn(policy, *v), (x, g, w[0] if w else None, dx, dg, dw[0] if dw else None),
+                   results)
+
+
+def _norm_bwd_vjp(attrs, primals, results, cts):
+    """AD-NORMSAFEBWD-1: ``(x̄, w̄)`` is the gradient of ``⟨g, y(x, w, b)⟩``, so its transpose in
+    ``(x, w)`` is its tangent in the direction of the cotangents (the Hessian is symmetric),
+    and in ``g`` the forward's tangent ``core(ā_x) ⊗ w ⊕ x̂ ⊗ ā_w ⊕ ā_b``."""
+    x, g, *w = primals
+    ax = materialize(cts[0], x)
+    aw = materialize(cts[1], w[0]) if w else None
+    ab = materialize(cts[2], w[0]) if attrs["bias"] else None
+
+    def fn(policy, x, g, w, ax, aw, ab):
+        o, axis = op(), attrs["axis"]
+        bars = _norm_bwd_tangents({**attrs, "bias": False}, policy, x, g, w, ax, None, aw)
+        xh, r = _normalized(o, attrs, x, attrs["center"], policy)
+        gbar = _norm_core(o, xh, r, ax, axis, attrs["center"])
+        if w is not None:
+            gbar = o.add(o.mul(gbar, along(w, axis, x.ndim)), o.mul(xh, along(aw, axis, x.ndim)))
+        if ab is not None:
+            gbar = o.add(gbar, along(ab, axis, x.ndim))
+        return (bars[0], gbar) + tuple(bars[1:])
+    return in_wide(fn, (x, g, w[0] if w else None, ax, aw, ab), primals)
+
+
+NORM_SAFE_BWD = define(
+    "norm_safe_bwd", infer=_norm_bwd_infer, impl=_norm_bwd_impl, cost=_norm_bwd_cost, vjp=_norm_bwd_vjp,
+    jvp=_norm_bwd_jvp, spec="GRAPH-NORMSAFEBWD-1", shard=_norm_bwd_shard, arity=(2, 3),
+    attrs={"axis": Attr(-1, check_int, "the normalized axis"),
+           "eps": Attr(REQUIRED, _check_float(nonnegative=True), "the forward's eps"),
+           "center": Attr(REQUIRED, check_bool, "true for layernorm_safe (x centered), false for rmsnorm_safe"),
+           "bias": Attr(False, check_bool, "also return the bias' cotangent Σ g (needs the weight)"),
+           **SEED_ATTR},
+    canonicalize=lambda attrs, x, *rest: {"axis": normalize_axis("norm_safe_bwd", attrs["axis"], x)})
+
+
+def norm_safe_bwd(x, g, weight=None, *, axis=-1, eps, center, bias=False, seed=None):
+    """The backward of ``layernorm_safe`` (``center=True``) or ``rmsnorm_safe`` (GRAPH-NORMSAFEBWD-1):
+    ``(x̄[, weight̄[, bias̄]])`` from the input ``x``, the cotangent ``g`` and the weight, the row
+    statistics recomputed inside (no full-width intermediate leaves the op)."""
+    weights = [weight] if weight is not None else []
+    return bind(NORM_SAFE_BWD, x, g, *weights, axis=axis, eps=eps, center=center, bias=bias, seed=seed)

@@ -223,28 +223,16 @@ def _norm_core(o, xh, r, g, axis: int, center: bool):
 
 
 def _norm_vjp(center: bool):
-    """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: ``x̄`` by :func:`_norm_core` of ``ḡ ⊗ weight``;
-    ``weight̄ = Σ ḡ ⊗ x̂`` and ``bias̄ = Σ ḡ`` over every axis but the normalized one — all
-    computed in the accumulation format, each cotangent rounded once into storage
-    (:func:`~tessera_ref.ops.adjoint.in_accum`), as the forward computes and rounds."""
+    """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: one ``op.norm_safe_bwd`` (GRAPH-NORMSAFEBWD-1) —
+    ``x̄ = core(ḡ ⊗ weight)``, ``weight̄ = Σ ḡ ⊗ x̂``, ``bias̄ = Σ ḡ`` over every axis but the
+    normalized one, with the row statistics recomputed inside the op: what the backward keeps
+    of the forward is x and the weight, and no full-width value in the accumulation format
+    leaves the op."""
     def vjp(attrs, primals, results, cts):
-        axis = attrs["axis"]
-
-        def bars(policy, x, g, *params):
-            o = op()
-            xh, r = _normalized(o, attrs, x, center, policy)
-            others = tuple(i for i in range(x.ndim) if i != axis)
-
-            def per_feature(t):
-                return o.sum(t, axis=others) if others else t
-            gw = o.mul(g, along(params[0], axis, x.ndim)) if params else g
-            out = [_norm_core(o, xh, r, gw, axis, center)]
-            if params:
-                out.append(per_feature(o.mul(g, xh)))
-            if len(params) == 2:
-                out.append(per_feature(g))
-            return tuple(out)
-        return in_accum(bars, primals[0], cts[0], *primals[1:])
+        x, *params = primals
+        out = op().norm_safe_bwd(x, cts[0], params[0] if params else None, axis=attrs["axis"], eps=attrs["eps"],
+                                 center=center, bias=len(params) == 2)
+        return out if isinstance(out, tuple) else (out,)
     return vjp
 
 

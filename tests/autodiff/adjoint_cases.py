@@ -100,6 +100,10 @@ def _cases() -> dict:
     cases["layernorm_safe"] = [case(x), case(x, R(6, seed=60), R(6, seed=61), eps=0.1),
                                case(R(5, 2, seed=62), R(5, seed=63), axis=0)]
     cases["rmsnorm_safe"] = [case(x), case(x, R(6, seed=64), eps=0.1), case(R(5, 2, seed=65), axis=0)]
+    cases["norm_safe_bwd"] = [case(x, R(3, 6, seed=95), R(6, seed=96), eps=1e-5, center=True, bias=True),
+                              case(x, R(3, 6, seed=97), eps=0.1, center=False),
+                              case(R(5, 2, seed=98), R(5, 2, seed=99), R(5, seed=100), axis=0, eps=1e-6, center=False),
+                              case(R(2, 3, 4, seed=101), R(2, 3, 4, seed=102), R(4, seed=103), eps=1e-5, center=True)]
     q, k, v = R(2, 3, 4, seed=66), R(2, 5, 4, seed=67), R(2, 5, 3, seed=68)
     cases["flash_attention"] = [case(q, k, v), case(q, k, v, causal=True, scale=0.7, block_k=2),
                                 case(R(1, 3, 4, seed=69), R(2, 3, 4, seed=70), R(1, 3, 2, seed=71), label="bcast")]

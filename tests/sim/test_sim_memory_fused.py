@@ -1,4 +1,4 @@
-"""AD-FLASHATTENTION-1 on the simulated machine (SIM-MEM-1): one attention layer's forward and
+"""AD-FLASHATTENTION-1, AD-LAYERNORMSAFE-1 on the simulated machine (SIM-MEM-1): one attention layer's forward and
 backward on abstract tensors keeps q, k, v, o and the row log-sum-exp — its per-device peak is
 linear in the sequence length, with no [s, s] tensor anywhere."""
 import pytest
@@ -49,3 +49,20 @@ def test_attention_layer_peak_is_the_saved_values(s):
 
 def test_attention_layer_peak_is_linear_in_the_sequence():
     assert _layer_peak(4096)[0] == 2 * _layer_peak(2048)[0]
+
+
+def test_layernorm_backward_keeps_no_full_width_f32_value():
+    """AD-LAYERNORMSAFE-1: ``vjp`` of a bf16 layer norm [4, 2048, 6144] replicated over tp=8
+    peaks at x, the cotangent, the caller's output and x̄ (4 bf16 tensors) plus four [6144]
+    vectors (weight, bias and their cotangents); the row statistics live inside
+    ``norm_safe_bwd``. The decomposed rule (main 8872ae4) peaked at 13 times x's bytes
+    (1,308,680,192 B): f32 copies of x and g and its intermediates."""
+    b, s, h = 4, 2048, 6144
+    m = sim.machine("H100", devices=TP)
+    with sim.use(m):
+        mesh = dist.mesh(devices=[f"cuda:{i}" for i in range(TP)], axes=("tp",), shape=(TP,))
+        x, g = (dist.tensor((b, s, h), None, mesh, dtype="bf16") for _ in range(2))
+        w, bias = (dist.tensor((h,), None, mesh, dtype="bf16") for _ in range(2))
+        _, pullback = tr.vjp(lambda x, w, bias: op.layernorm_safe(x, w, bias), x, w, bias)
+        pullback(g)
+    assert m.memory.peak(0) == 4 * (b * s * h * 2) + 4 * (h * 2)
