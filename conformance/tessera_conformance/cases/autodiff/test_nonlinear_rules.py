@@ -205,6 +205,50 @@ def test_bf16_attention_uses_the_attribute_scale_in_accum(backend):
         assert np.all(err <= 2.0 ** -8 * np.abs(ref) + 1.01 * extra + 2.0 ** -20 * np.max(np.abs(ref)))
 
 
+@clause("AD-FLASHATTENTIONBWD-1")
+@pytest.mark.parametrize("causal", [False, True])
+def test_lse_and_backward_rules(backend, causal):
+    """Second derivatives of attention: the rules of flash_attention_lse and flash_attention_bwd
+    against finite differences of float64 NumPy, and the adjoint law."""
+    q, k, v, o, do = (_normal(s, 30 + i) for i, s in enumerate(((2, 3, 4), (2, 5, 4), (2, 5, 3), (2, 3, 3), (2, 3, 3))))
+    sc = 0.5
+
+    def scores(q, k):
+        s = q @ np.swapaxes(k, -1, -2) * sc
+        return np.where(np.arange(5)[None, :] <= np.arange(3)[:, None] + 2, s, -np.inf) if causal else s
+
+    def lse_np(q, k):
+        s = scores(q, k)
+        m = s.max(-1, keepdims=True)
+        return (m + np.log(np.exp(s - m).sum(-1, keepdims=True)))[..., 0]
+
+    def bwd_np(q, k, v, o, lse, do):
+        p = np.exp(scores(q, k) - lse[..., None])
+        ds = p * (do @ np.swapaxes(v, -1, -2) - (do * o).sum(-1, keepdims=True))
+        return [sc * ds @ k, sc * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do]
+    check_rules(backend, lambda q, k: op.flash_attention_lse(q, k, causal=causal, scale=sc, block_k=2), lse_np, [q, k])
+    lse = lse_np(q, k)
+    check_rules(backend, lambda *a: op.flash_attention_bwd(*a, causal=causal, scale=sc, block_k=2, block_q=2), bwd_np,
+                [q, k, v, o, lse, do])
+
+
+@clause("AD-NORMSAFEBWD-1")
+@pytest.mark.parametrize("center", [True, False])
+def test_norm_backward_rules(backend, center):
+    """Second derivatives of the normalizations: norm_safe_bwd's jvp (a Hessian-vector product)
+    against finite differences of float64 NumPy; its vjp by the adjoint law."""
+    x, g, w = _normal((3, 6), 40, 2.0), _normal((3, 6), 41), _normal((6,), 42)
+    eps = 1e-3
+
+    def f_np(x, g, w):
+        c = x - x.mean(-1, keepdims=True) if center else x
+        r = 1 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+        h = g * w
+        d = r * (h - c * r * (c * r * h).mean(-1, keepdims=True))
+        return [d - d.mean(-1, keepdims=True) if center else d, (g * c * r).sum(0), g.sum(0)]
+    check_rules(backend, lambda x, g, w: op.norm_safe_bwd(x, g, w, eps=eps, center=center, bias=True), f_np, [x, g, w])
+
+
 # -- linear algebra ----------------------------------------------------------------------------
 def _spd(n, seed):
     a = _normal((n, n), seed)

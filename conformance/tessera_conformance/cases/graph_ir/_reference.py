@@ -407,6 +407,19 @@ def flash_attention_bwd(A, q, k, v, o, lse, do, causal=False, scale=None, block_
     return mul(A, dq, sigma), mul(A, dk, sigma), dv
 
 
+def norm_safe_bwd(A, x, g, weight=None, eps=1e-5, center=True):
+    """GRAPH-NORMSAFEBWD-1 for a 2-D ``x`` normalized along its last axis: ``(x̄, weight̄, bias̄)``
+    in ``A`` (the feature sums over the rows, NUM-RED-2)."""
+    x, g = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    c = sub(A, x, lane_mean(A, x)[..., None]) if center else x
+    r = rsqrt_A(A, add(A, lane_mean(A, mul(A, c, c))[..., None], acc(eps, A)))
+    xh = mul(A, c, r)
+    h = g if weight is None else mul(A, g, weight)
+    d = mul(A, r, sub(A, h, mul(A, xh, lane_mean(A, mul(A, xh, h))[..., None])))
+    xbar = sub(A, d, lane_mean(A, d)[..., None]) if center else d
+    return xbar, lane_sum(A, mul(A, g, xh), 0), lane_sum(A, g, 0)
+
+
 def conv2d(A, x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
     """GRAPH-CONV2D-1 in NCHW: taps r = (c, kh, kw) row-major, padded taps as +0 inputs."""
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)

@@ -1,6 +1,7 @@
-"""GRAPH-FLASHATTENTIONLSE-1, GRAPH-FLASHATTENTIONBWD-1: flash attention's row log-sum-exp
-and FlashAttention-2's backward, bit for bit against the clauses' recurrences written in
-NumPy (one IEEE operation at a time, NUM-RED-1/2 orders), and against float64 attention."""
+"""GRAPH-FLASHATTENTIONLSE-1, GRAPH-FLASHATTENTIONBWD-1, GRAPH-NORMSAFEBWD-1: flash attention's
+row log-sum-exp, FlashAttention-2's backward and the normalizations' fused backward, bit for
+bit against the clauses' recurrences written in NumPy (one IEEE operation at a time,
+NUM-RED-1/2 orders), and against float64 derivatives."""
 import numpy as np
 import pytest
 
@@ -79,3 +80,30 @@ def test_block_q_changes_the_key_cotangents_only_by_their_order(backend):
     assert np.array_equal(a[0], b[0]) and not np.array_equal(a[1], b[1])
     wants = [round_values(w, "f32") for w in b]
     check(backend, lambda *x: op.flash_attention_bwd(*x, block_q=3), (q, k, v, o, lse, do), wants)
+
+
+NORM = [dict(center=True, weight=True, bias=True, eps=1e-5), dict(center=True, weight=False, bias=False, eps=0.1),
+        dict(center=False, weight=True, bias=False, eps=1e-6), dict(center=False, weight=False, bias=False, eps=1e-6)]
+
+
+@clause("GRAPH-NORMSAFEBWD-1")
+@pytest.mark.parametrize("kw", NORM, ids=[str(k) for k in NORM])
+def test_norm_backward(backend, kw):
+    """x̄ = core(g ⊗ w) with the row statistics recomputed; w̄ = Σ g ⊗ x̂, b̄ = Σ g over the rows;
+    within 1e-5 of the float64 derivative of the normalization."""
+    x, g, w = _data((7, 40), 50, 3.0), _data((7, 40), 51), _data((40,), 52)
+    center, eps = kw["center"], kw["eps"]
+    ref = R.norm_safe_bwd("f32", x, g, w if kw["weight"] else None, eps=eps, center=center)
+    n = 1 + kw["weight"] + kw["bias"]
+    wants = [round_values(t, "f32") for t in ref[:n]]
+    want = wants if n > 1 else wants[0]
+    args = (x, g, w) if kw["weight"] else (x, g)
+    check(backend, lambda *a: op.norm_safe_bwd(*a, eps=eps, center=center, bias=kw["bias"]), args, want)
+    X, G, W = (values(t).astype(np.float64) for t in (x, g, w))
+    c = X - X.mean(-1, keepdims=True) if center else X
+    r = 1 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+    h = G * W if kw["weight"] else G
+    d = r * (h - c * r * (c * r * h).mean(-1, keepdims=True))
+    d = d - d.mean(-1, keepdims=True) if center else d
+    for got, e in zip(wants, (d, (G * c * r).sum(0), G.sum(0))):
+        assert np.max(np.abs(values(got) - e)) <= 1e-5 * np.max(np.abs(e))
