@@ -15,7 +15,7 @@ import types
 
 __all__ = ["BACKEND", "LISTENERS", "TRACES", "MACHINES", "PAUSED", "LAST_MACHINE", "PLANNING_MESH",
            "SCHEDULE_DEFAULTS", "KERNEL_DIRECTIVES", "KERNEL_ASSIGNED", "DIFFERENTIATING", "RULE_KEYS",
-           "MAILBOX", "QUIET_COLLECTIVES", "backend", "set_backend_resolver", "scoped"]
+           "MAILBOX", "QUIET_COLLECTIVES", "COLLECTIVE_CALL", "backend", "set_backend_resolver", "scoped"]
 
 #: The backend ``backends.use`` made current (a Backend object), or None for the default.
 BACKEND: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.backend", default=None)
@@ -58,6 +58,10 @@ QUIET_COLLECTIVES: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.
 #: The send/recv mailbox of the current ``dist.mailbox_scope``; None until a thread's first
 #: send or recv outside any scope creates its own.
 MAILBOX: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.mailbox", default=None)
+
+#: ``(kind, op)`` of the user's collective a communicator is carrying out (``dist.signature.calling``),
+#: named in its signature across processes (MESH-MP-10); None outside one.
+COLLECTIVE_CALL: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.collective_call", default=None)
 
 #: Objects told about every collective, transfer and computation (``dist.listen``).
 LISTENERS: contextvars.ContextVar = contextvars.ContextVar("tessera_ref.listeners", default=())

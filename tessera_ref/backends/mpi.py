@@ -6,7 +6,9 @@ Every receive is posted with ``Irecv`` and every send with ``Isend``, then all a
 together by polling ``Testall``: no wait is unbounded. A peer that sends nothing for
 ``TESSERA_COMM_TIMEOUT`` seconds (default 120; :mod:`tessera_ref.settings`) is a
 :class:`~tessera_ref.errors.PeerError` naming the ranks still awaited — it died, or it took another
-path through the program; a message the MPI runtime fails (a peer died) is one as well.
+path through the program; a message the MPI runtime fails (a peer died) is one as well. Every
+received message's size is checked against the size expected: a peer that sent more or fewer
+bytes is a :class:`~tessera_ref.errors.CollectiveError` naming both (MESH-MP-10).
 mpi4py is imported when the transport is first opened, so the package imports without it.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 import numpy as np
 
 from ..dist.world import mpi_started, transport_name, world
-from ..errors import BackendError, PeerError, TesseraError
+from ..errors import BackendError, CollectiveError, PeerError, TesseraError
 from ..settings import comm_timeout
 from .p2p import Transport, register_transport, world_transport
 
@@ -62,16 +64,30 @@ class MPITransport(Transport):
             requests.append(self.comm.Isend([data, MPI.BYTE], dest=d, tag=_TAG))
             peers.append(d)
             self.bytes_sent += data.size
-        self._complete(requests, peers)
+        statuses = [MPI.Status() for _ in requests]
+        self._complete(requests, peers, statuses, [b.nbytes for b in received.values()])
+        for (s, buf), status in zip(received.items(), statuses):
+            if status.Get_count(MPI.BYTE) != buf.nbytes:
+                raise self._wrong_size(s, f"{status.Get_count(MPI.BYTE)} bytes", buf.nbytes)
         return received
 
-    def _complete(self, requests: list, peers: list) -> None:
+    def _wrong_size(self, peer: int, sent: str, expected: int) -> CollectiveError:
+        """The error of ``peer`` having sent another size than this process expected."""
+        during = self.call.describe() if self.call else "a message outside any collective"
+        return CollectiveError(f"rank {self.rank}: rank {peer} sent {sent} where this rank expected {expected} bytes, "
+                               f"in {during} — the processes are not running the same collective",
+                               fix="every process must issue the same collectives, in the same order, with the same "
+                                   "operands' shapes and formats (SPMD)")
+
+    def _complete(self, requests: list, peers: list, statuses: list, expected: list) -> None:
         """Wait for every request, at most ``timeout`` seconds in all; a peer that does not
-        answer, or that the MPI runtime reports failed, is a :class:`PeerError` naming it."""
+        answer, or that the MPI runtime reports failed, is a :class:`PeerError` naming it, and
+        one that sent more than it expected (``expected``: the sizes of the receives, which come
+        first in ``requests``) a :class:`CollectiveError`."""
         MPI = self._mpi
         deadline, pause = time.monotonic() + self.timeout, 0.0
         try:
-            while not MPI.Request.Testall(requests):
+            while not MPI.Request.Testall(requests, statuses):
                 if time.monotonic() > deadline:
                     waiting = sorted({p for p, r in zip(peers, requests) if r != MPI.REQUEST_NULL and not r.Test()})
                     raise PeerError(f"rank {self.rank}: no answer from rank(s) {waiting} in {self.timeout:g} s — "
@@ -80,7 +96,10 @@ class MPITransport(Transport):
                                         "in the same order (TESSERA_COMM_TIMEOUT sets the wait)")
                 pause = min(0.002, pause + 0.00005)
                 time.sleep(pause)
-        except MPI.Exception as exc:  # the runtime saw a peer fail (its process died, say)
+        except MPI.Exception as exc:  # a message longer than its receive, or a peer failed (its process died)
+            for peer, status, size in zip(peers, statuses, expected):
+                if MPI.Get_error_class(status.Get_error()) == MPI.ERR_TRUNCATE:
+                    raise self._wrong_size(peer, "more bytes", size) from None
             raise PeerError(f"rank {self.rank}: the MPI runtime failed a message to or from rank(s) "
                             f"{sorted(set(peers))} ({exc}) — one of them failed",
                             fix="check the output of those ranks: the first rank that failed is the cause") from None

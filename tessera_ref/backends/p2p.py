@@ -29,7 +29,10 @@ the merged chunks; a reduce-scatter rounds its rows once and keeps them. They ar
 rounds: what a process receives is at most the size of its own partial sums.
 
 Messages match by program order (every process issues the same exchanges in the same order),
-so a program issues its cross-process collectives from one thread.
+so a program issues its cross-process collectives from one thread. Before its first message,
+each collective whose group spans processes exchanges its signature with the group
+(:meth:`P2PCommunicator._agree`, :mod:`tessera_ref.dist.signature`; MESH-MP-10): processes that
+disagree raise a ``CollectiveError`` naming both calls, and no payload moves.
 
 In one process there is nothing to move and every collective is the in-process fold (the
 ``interp`` backend's simulated communicator is this class over :data:`ONE_PROCESS`).
@@ -42,8 +45,9 @@ import threading
 
 import numpy as np
 
+from ..dist import signature
 from ..dist.world import World, placement, transport_name, world
-from ..errors import BackendError
+from ..errors import BackendError, user_location
 from ..numerics import ExactAccumulator, cast
 from ..numerics.arith import accum_op, to_accum
 from ..numerics.reduce import extreme_last_axis
@@ -75,7 +79,10 @@ def fold_ranks(values: np.ndarray, op: str, policy) -> np.ndarray:
 
 class Transport(abc.ABC):
     """Point-to-point messages between the processes of one program (``rank`` of ``size``).
-    ``bytes_sent`` counts the payload bytes this process has sent."""
+    ``bytes_sent`` counts the payload bytes this process has sent, ``signature_bytes`` the
+    bytes of collectives' signatures (MESH-MP-10), ``collectives`` the signatures exchanged so
+    far (the sequence number of the last), and ``call`` is the signature of the collective being
+    carried out (named by errors), or None."""
 
     name = ""
     rank = 0
@@ -83,6 +90,9 @@ class Transport(abc.ABC):
 
     def __init__(self) -> None:
         self.bytes_sent = 0
+        self.signature_bytes = 0
+        self.collectives = 0
+        self.call = None
 
     @abc.abstractmethod
     def exchange(self, outgoing: dict, incoming: dict) -> dict:
@@ -97,6 +107,17 @@ class Transport(abc.ABC):
         sizes = self.exchange({r: np.array([a.size], dtype=np.int64) for r, a in outgoing.items()},
                               {s: ((1,), np.int64) for s in sources})
         return self.exchange(outgoing, {s: ((int(n[0]),), dtype) for s, n in sizes.items()})
+
+
+    def exchange_signatures(self, mine: np.ndarray, peers) -> dict:
+        """:meth:`exchange` of ``mine`` (a signature's bytes) with every rank of ``peers``;
+        counted in ``signature_bytes``, not ``bytes_sent``."""
+        before = self.bytes_sent
+        try:
+            return self.exchange({r: mine for r in peers}, {r: (mine.shape, mine.dtype) for r in peers})
+        finally:
+            self.signature_bytes += self.bytes_sent - before
+            self.bytes_sent = before
 
 
 class _OneProcess(Transport):
@@ -178,10 +199,32 @@ class P2PCommunicator(Communicator):
                                                   sizes))
         return np.array(ranks)
 
+    def _agree(self, kind: str, group: list, stacked, axes, op: str = "", policy=None, detail: str = "") -> None:
+        """Exchange this collective's signature with the other processes of ``group`` and check
+        that every one agrees (MESH-MP-10); nothing to do when the group is this process. The
+        user's collective (``dist.signature.calling``) names the kind and op when in force."""
+        if len(group) == 1:
+            return
+        t = self.transport
+        user = signature.user_call()
+        if user is not None:
+            kind, op = user[0], user[1] or op
+        if isinstance(stacked, ExactAccumulator):
+            fmt = f"exact partial sums of {policy}"
+        else:
+            fmt = str(policy) if policy is not None else np.dtype(stacked.dtype).name
+        t.collectives += 1
+        mine = signature.Signature(kind, op or "", fmt, tuple(int(n) for n in stacked.shape), tuple(axes),
+                                   tuple(group), detail, t.collectives, user_location() or "")
+        t.call = mine
+        received = t.exchange_signatures(mine.encode(), [r for r in group if r != t.rank])
+        signature.check(mine, t.rank, received)
+
     # -- the collectives -------------------------------------------------------------------------
     def reduce(self, stacked, axes: tuple, op: str, policy):
         positions = sorted(self.mesh.axis_index(a) for a in axes)
         group = self.place.group(positions)
+        self._agree("all_reduce", group, stacked, [self.mesh.axes[p] for p in positions], op, policy)
         if isinstance(stacked, ExactAccumulator):
             return self._reduce_exact(stacked.sum_axes(tuple(positions)), group)
         moved = np.moveaxis(self._expand(stacked, positions), positions, list(range(len(positions))))
@@ -259,6 +302,7 @@ class P2PCommunicator(Communicator):
         process's blocks, and nothing else (module docstring)."""
         i, m = self.mesh.axis_index(axis), self.mesh.ndim
         group = self.place.group((i,))
+        self._agree("reduce_scatter", group, stacked, (axis,), op, policy, f"dim={dim}")
         if isinstance(stacked, ExactAccumulator):
             return self._reduce_scatter_exact(stacked, i, dim, group, policy)
         if len(group) == 1:
@@ -302,12 +346,14 @@ class P2PCommunicator(Communicator):
 
     def all_gather(self, stacked, axis: str, dim: int):
         i, m = self.mesh.axis_index(axis), self.mesh.ndim
+        self._agree("all_gather", self.place.group((i,)), stacked, (axis,), detail=f"dim={dim}")
         whole = self._join(stacked, i)
         moved = np.moveaxis(whole, i, m + dim - 1)  # mesh axis i now sits just before the dimension
         merged = moved.reshape(moved.shape[:m + dim - 1] + (-1,) + moved.shape[m + dim + 1:])
         return np.expand_dims(merged, i)
 
     def gather_boxes(self, stacked, axes: tuple):
+        self._agree("gather", self.place.group([self.mesh.axis_index(a) for a in axes]), stacked, axes)
         for a in axes:
             stacked = self._join(stacked, self.mesh.axis_index(a))
         return stacked
@@ -317,6 +363,7 @@ class P2PCommunicator(Communicator):
         group = self.place.group((i,))
         owner, at = group[root // self.place.box[i]], root % self.place.box[i]
         me = self.transport.rank
+        self._agree("broadcast", group, stacked, (axis,), detail=f"root={root}")
         if stacked.shape[i] == 1:
             at = 0
         if len(group) == 1:
@@ -340,6 +387,7 @@ class P2PCommunicator(Communicator):
         out = np.zeros(src.shape, dtype=src.dtype)
         group, b = self.place.group((i,)), self.place.box[i]
         me = self.transport.rank
+        self._agree("permute", group, stacked, (axis,), detail=f"pairs={sorted((int(s), int(d)) for s, d in pairs)}")
 
         def owner_of(rank):
             return group[rank // b]

@@ -32,10 +32,11 @@ from .mesh import Mesh, default_shape, mesh
 from .pipeline import Pipeline, PipelineResult, microbatches, pipeline
 from .redistribute import redistribute
 from .spec import PARTITION_NAMES, ShardSpec
-from .tensor import DistTensor, from_shards, tensor
+from .tensor import DistTensor, arange, from_shards, full, ones, tensor, zeros
 from .visualize import visualize
 
 __all__ = ["Mesh", "mesh", "default_shape", "ShardSpec", "PARTITION_NAMES", "DistTensor", "tensor", "from_shards",
+           "full", "zeros", "ones", "arange",
            "redistribute", "redistribution_plan", "all_reduce", "all_gather", "reduce_scatter", "broadcast",
            "all_to_all", "permute", "send", "recv", "check_pending", "mailbox_scope", "collective", "REDUCE_OPS",
            "run_sharded", "listen", "visualize", "pipeline", "Pipeline", "PipelineResult", "microbatches", "MeshError", "LayoutError", "CollectiveError", "CollectiveWarning"]

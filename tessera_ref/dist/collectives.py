@@ -34,6 +34,7 @@ received when a scope ends are reported there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import warnings
@@ -50,6 +51,7 @@ from ..numerics.arith import to_accum
 from ..numerics.reduce import divide_by_count
 from ..ops.collective import scatter_conflict
 from . import events
+from .signature import calling
 from .mesh import Mesh
 from .tensor import DistTensor, local_shape
 from .world import placement
@@ -112,13 +114,19 @@ def _new(x: DistTensor, layout, local, shape=None, value: int | None = None) -> 
     return events.bind(DistTensor(ttype, x.mesh, local, x.name), events.value_id(x) if value is None else value)
 
 
+@functools.lru_cache(maxsize=64)
+def _named_groups(mesh: Mesh, axes: tuple) -> tuple:
+    """The device groups of a collective over ``axes`` of ``mesh``, by name (sub-meshes too): one
+    tuple per mesh and axes, which the simulated machine resolves once (SIM-TL-1)."""
+    return tuple(tuple(mesh.devices[d] for d in g) for g in mesh.groups(axes))
+
+
 def _record(kind: str, x: DistTensor, axes: tuple, nbytes: int | None = None) -> int:
     """Tell the listeners (the active simulated machine) about the collective; returns the id
     of the value it writes."""
-    groups = [tuple(x.mesh.devices[d] for d in g) for g in x.mesh.groups(axes)]  # by name: sub-meshes too
     wrote = events.fresh_id()
-    events.collective(kind, groups, x.nbytes_per_device if nbytes is None else nbytes, axis="+".join(axes),
-                      reads=(events.value_id(x),), writes=(wrote,))
+    events.collective(kind, _named_groups(x.mesh, axes), x.nbytes_per_device if nbytes is None else nbytes,
+                      axis="+".join(axes), reads=(events.value_id(x),), writes=(wrote,))
     return wrote
 
 
@@ -214,7 +222,8 @@ def all_reduce(x, axis, op: str = "sum") -> DistTensor:
     if x.local is None:
         local = None
     else:
-        local = _reduce_axes(x, tuple(pending), base)
+        with calling("all_reduce", op):   # avg folds a sum: the signature names avg (MESH-MP-10)
+            local = _reduce_axes(x, tuple(pending), base)
         rest = tuple(a for a in lay.partial if a not in pending)
         if isinstance(local, ExactAccumulator) and not rest:
             local = local.round(x.policy.storage, rounding=x.policy.rounding, overflow=x.policy.overflow)
@@ -326,7 +335,8 @@ def _reduce_scatter_blocks(x: DistTensor, axis: str, dim: int, op: str) -> DistT
     if x.local is not None:
         _check_rounding(x, base)
     wrote = _record("reduce_scatter", x, (axis,))
-    local = None if x.local is None else _comm(x).reduce_scatter(x.local, axis, dim, base, x.policy)
+    with calling("reduce_scatter", op):
+        local = None if x.local is None else _comm(x).reduce_scatter(x.local, axis, dim, base, x.policy)
     if op == "avg" and local is not None:
         local = _average(x, local, (axis,))
     return _new(x, new_layout, local, value=wrote)
@@ -416,7 +426,7 @@ def all_to_all(x, axis, split_dim: int, concat_dim: int) -> DistTensor:
     if split_dim == concat_dim:
         return x
     wrote = _record("all_to_all", x, (axis,))
-    with sim.paused():
+    with sim.paused(), calling("all_to_all"):
         gathered = all_gather(x, axis)
         new_layout, local = _scatter_dim(gathered, gathered.local, axis, split_dim, gathered.layout)
     return _new(x, new_layout, local, value=wrote)

@@ -26,7 +26,7 @@ from ..ir import ShardLayout, TensorType
 from ..ir.redistribute import plan
 from ..numerics import ExactAccumulator
 from ..numerics.exactsum import exact_dot_accumulator
-from ..ops.bind import bind, register_dispatch
+from ..ops.bind import bind, register_dispatch, weak_policy
 from ..ops import collective as C
 from ..ops.collective import MESH_ONLY
 from ..ops.primitive import Call
@@ -36,15 +36,9 @@ from .. import context
 from . import events
 from .redistribute import redistribute
 from .tensor import DistTensor, local_shape, require_memory, stack_shape
+from .world import placement
 
 __all__ = ["apply", "rule_of"]
-
-
-def _weak_policy(operands):
-    for x in operands:
-        if isinstance(x, (DistTensor, Array)) and x.type.element_kind is None:
-            return x.type.policy
-    return None
 
 
 def _as_dist(x, mesh, weak) -> DistTensor:
@@ -101,7 +95,8 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
         return [None] * len(out_types)
     policies = [t.policy for t in out_types]
     new_partial = [lay.partial and not any(x.layout.partial for x in moved) for lay in plan_results(plan, out_types)]
-    if plan.stacked or (new_partial[0] and getattr(policies[0], "reduction", None) == "exact"):
+    exact_partial = new_partial[0] and getattr(policies[0], "reduction", None) == "exact"
+    if plan.device_attrs is None and (plan.stacked or exact_partial):
         rank = max(x.ndim for x in moved)
         xs = [_pad_rank(x.local, m, rank) if plan.stacked else x.local for x in moved]
         if new_partial[0] and policies[0].reduction == "exact":
@@ -117,8 +112,12 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
     call = Call(prim, attrs, local_in, local_out, location)
     outs = [np.empty(grid + t.shape, dtype=t.dtype) for t in local_out]
     backend = context.backend()
+    start = placement(mesh).start
     for index in np.ndindex(*grid):
         args = [x.local[tuple(i if s > 1 else 0 for i, s in zip(index, x.local.shape[:m]))] for x in moved]
+        if plan.device_attrs is not None:  # attributes of this device (MESH-SHARD-1)
+            coords = {a: s0 + i for a, s0, i in zip(mesh.axes, start, index)}
+            call = Call(prim, plan.device_attrs(attrs, coords, mesh, local_in), local_in, local_out, location)
         for out, r in zip(outs, backend.run_op(call, *args)):
             out[index] = r
     return outs
@@ -143,7 +142,7 @@ def _record_compute(prim, attrs, moved, out_types, layouts, location) -> tuple:
     local_out = tuple(TensorType(local_shape(t.shape, lay, mesh), t.policy) for t, lay in zip(out_types, layouts))
     cost = prim.cost(Call(prim, attrs, local_in, local_out, location))
     wrote = tuple(events.fresh_id() for _ in out_types)
-    events.compute(list(mesh.devices), prim.name, cost, local_out[0].format.name
+    events.compute(mesh.devices, prim.name, cost, local_out[0].format.name
                    if local_out[0].element_kind is None else "f32", location=location,
                    reads=tuple(events.value_id(x) for x in moved), writes=wrote)
     return wrote
@@ -185,7 +184,7 @@ def apply(prim, operands, attrs, location, static: tuple | None = None):
     if trace is not None or getattr(current_trace(), "capture", None) is not None:
         return _captured(prim, trace or current_trace(), operands, attrs)
     mesh = next(x.mesh for x in operands if isinstance(x, DistTensor))
-    weak = _weak_policy(operands)
+    weak = weak_policy(operands)
     values = [_as_dist(x, mesh, weak) for x in operands]
     if prim.shard is MESH_ONLY:
         return _movers()[prim.name](*values, **attrs)
@@ -194,6 +193,8 @@ def apply(prim, operands, attrs, location, static: tuple | None = None):
                       f"({', '.join(str(v.type) for v in values)})",
                       fix="gather the operands (x.numpy()) and run it on one device")
     out_types, plan, layouts = static or rule_of(prim, tuple(v.type for v in values), attrs, location, mesh)
+    if plan.expand is not None:  # the op runs as other ops, each by its own rule (MESH-SHARD-1)
+        return plan.expand(attrs, *values)
     moved = [redistribute(v, lay) for v, lay in zip(values, plan.operands)]
     if plan.local_attrs is not None:  # attributes that speak of global sizes, per device
         attrs = plan.local_attrs(attrs, _local_types(moved))
@@ -254,6 +255,8 @@ def trace_apply(prim, trace, values, attrs, location):
     out = prim.infer_types(attrs, tuple(t.with_layout(None) for t in types), location)
     laid = [t if t.layout is not None else t.with_layout(ShardLayout.replicated(t.rank)) for t in types]
     rule = prim.shard(attrs, *[_rule_type(t) for t in laid])
+    if rule.expand is not None:
+        return rule.expand(attrs, *[Tracer(v, trace) for v in values])
     moved = [_collective_steps(trace, v, t.layout, lay, location) if t.layout != lay else v
              for v, t, lay in zip(values, laid, rule.operands)]
     out = tuple(t.with_layout(lay) for t, lay in zip(out, plan_results(rule, out)))

@@ -22,9 +22,10 @@ import weakref
 
 import numpy as np
 
-from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError
+from ..errors import AbstractValueError, CollectiveError, LayoutError, MeshError, ShapeError, user_location
 from ..ir import ShardLayout, TensorType
-from ..numerics import ExactAccumulator, Policy, as_policy, cast, get_format
+from ..ir.types import ElementKind, element_arg
+from ..numerics import ExactAccumulator, Policy, as_policy, cast
 from ..numerics.packing import packed_nbytes
 from ..ops.random import rand, randn
 from ..ops.values import TensorOperators, asarray
@@ -33,7 +34,8 @@ from .mesh import Mesh
 from .spec import resolve_layout
 from .world import placement
 
-__all__ = ["DistTensor", "tensor", "from_shards", "local_shape", "stack_shape", "own_box", "IDENTITY"]
+__all__ = ["DistTensor", "tensor", "from_shards", "full", "zeros", "ones", "arange", "local_shape", "stack_shape",
+           "own_box", "IDENTITY"]
 
 #: The value a pending reduction starts from on every device but the first (identity of the op;
 #: −0 for sum, because x + (−0) = x for every x including +0).
@@ -150,6 +152,21 @@ class DistTensor(TensorOperators):
         local = fold_partial(self) if self.layout.partial else self.local
         return _assemble(gather_boxes(self, local), self.layout, self.mesh, self.shape)
 
+    def _scalar(self, to):
+        """``float()``/``int()`` of a 0-d tensor: its global value, a pending sum folded first
+        (MESH-TENSOR-SCALAR-1); a collective when the mesh spans processes."""
+        if self.ndim != 0:
+            raise ShapeError(f"{to.__name__}() of a {self.ndim}-d distributed tensor ({self.type})",
+                             fix="reduce it to a 0-d tensor first (op.sum), or take np.asarray(x)")
+        self._require_values(f"{to.__name__}()")
+        return to(self.numpy())
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
         return out if dtype is None else out.astype(dtype)
@@ -240,14 +257,35 @@ def _pending(x: np.ndarray, layout: ShardLayout, mesh: Mesh, dtype) -> np.ndarra
 # ---------------------------------------------------------------------------------------------
 # construction
 
-def _resolve_policy(dtype, data) -> Policy:
+def _resolve_policy(dtype, data) -> "Policy | ElementKind":
+    """The element of a new tensor: ``dtype``'s (a format, policy or element kind such as
+    ``"i32"``, GRAPH-TYPE-4), else the data's, else f32."""
     if dtype is None:
         if data is None:
             return as_policy("f32")
         return asarray(data).type.policy
     if isinstance(dtype, str) and dtype in ("fp32", "fp16", "fp64"):
         dtype = {"fp32": "f32", "fp16": "f16", "fp64": "f64"}[dtype]
-    return dtype if isinstance(dtype, Policy) else as_policy(get_format(dtype))
+    return dtype if isinstance(dtype, Policy) else element_arg(dtype, "dist.tensor's dtype")
+
+
+def _to_element(values: np.ndarray, element) -> np.ndarray:
+    """Host ``values`` in ``element``'s storage: NUM-CVT (nearest even) into a format, the
+    checked conversion of :func:`~tessera_ref.ops.values.asarray` into an element kind."""
+    if isinstance(element, ElementKind):
+        return values if values.dtype == element.dtype else asarray(values, dtype=element).data
+    if values.dtype == element.storage.dtype:
+        return values
+    return cast(values, element.storage)
+
+
+def _new_type(what: str, shape, layout, mesh, dtype, data) -> tuple:
+    """``(shape, element, layout)`` of a new tensor, or the LayoutError of a missing mesh."""
+    if not isinstance(mesh, Mesh):
+        raise LayoutError(f"{what} needs mesh=a dist.Mesh, got {type(mesh).__name__}",
+                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
+    shape = _check_static(shape)
+    return shape, _resolve_policy(dtype, data), resolve_layout(layout, len(shape))
 
 
 def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init=None, seed: int = 0,
@@ -258,16 +296,12 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
 
     Without ``data`` or ``init`` the tensor is *abstract* (no values). ``data`` (array-like of
     the global shape) is converted into ``dtype`` (NUM-CVT, round to nearest even) and split;
-    ``init="randn"``/``"rand"`` fills it from Philox keyed by ``seed``: element ``i`` of the
+    ``init="zeros"``/``"ones"`` is :func:`full`; ``init="randn"``/``"rand"`` fills it from
+    Philox keyed by ``seed``: element ``i`` of the
     global tensor depends only on ``(seed, i)``, so every mesh and layout gives the same global
     bits (NUM-RNG). ``dtype`` accepts format names (``"bf16"``, the seeds' ``"fp32"``) and policies.
     """
-    if not isinstance(mesh, Mesh):
-        raise LayoutError(f"dist.tensor needs mesh=a dist.Mesh, got {type(mesh).__name__}",
-                          fix="create one with dist.mesh(...) or dist.Mesh(axes=..., devices=...)")
-    shape = _check_static(shape)
-    policy = _resolve_policy(dtype, data)
-    lay = resolve_layout(layout, len(shape))
+    shape, policy, lay = _new_type("dist.tensor", shape, layout, mesh, dtype, data)
     ttype = TensorType(shape, policy, lay)
     lshape = local_shape(shape, lay, mesh)
     stack_shape(lay, mesh)
@@ -275,9 +309,11 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         raise LayoutError("dist.tensor got both data= and init=", fix="pass one of them")
     if data is None and init is None:
         return DistTensor(ttype, mesh, None, name)
+    if init in ("zeros", "ones"):
+        return full(shape, 0 if init == "zeros" else 1, layout, mesh, dtype, name=name)
     if init is not None:
         if init not in ("randn", "rand"):
-            raise LayoutError(f"unknown init {init!r}", fix="use init='randn' or init='rand'")
+            raise LayoutError(f"unknown init {init!r}", fix="use init='randn', 'rand', 'zeros' or 'ones'")
         draw = randn if init == "randn" else rand
         with sim.paused():  # the host draws the global values; the machine charges only their shards
             values = np.asarray(draw(shape, seed=seed, dtype=policy.storage.name))
@@ -286,13 +322,49 @@ def tensor(shape, layout=None, mesh: Mesh = None, dtype=None, *, data=None, init
         if values.shape != shape:
             raise LayoutError(f"data of shape {values.shape} does not match the tensor shape {shape}",
                               fix="pass data with the global shape")
-    if values.dtype != ttype.dtype:
-        values = cast(values, policy.storage)
+    values = _to_element(values, policy)
     local = _split(values, lay.replace(partial=()), mesh, lshape)
     if lay.partial:
         local = _pending(np.broadcast_to(local, stack_shape(lay.replace(partial=()), mesh, whole=True) + lshape),
                          lay, mesh, ttype.dtype)
     return DistTensor(ttype, mesh, np.ascontiguousarray(own_box(local, mesh)), name)
+
+
+def full(shape, value, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+         name: str | None = None) -> DistTensor:
+    """A distributed tensor whose every element is ``value`` converted once into ``dtype``, in
+    ``layout`` on ``mesh``: each device's block is filled in place, the global tensor is never
+    built (MESH-TENSOR-INIT-1). ``abstract=True`` gives the abstract tensor of that type."""
+    shape, element, lay = _new_type("dist.full", shape, layout, mesh, dtype, None)
+    if lay.partial:
+        raise LayoutError(f"dist.full in the pending-reduction layout {lay}: a filled tensor is not a partial value",
+                          fix="give a layout without partial(...); reduce_scatter/all_reduce make pending values")
+    ttype = TensorType(shape, element, lay)
+    lshape = local_shape(shape, lay, mesh)
+    if abstract:
+        return DistTensor(ttype, mesh, None, name)
+    one = _to_element(np.asarray(value), element)
+    stack = stack_shape(lay, mesh)
+    return DistTensor(ttype, mesh, np.full(stack + lshape, one, dtype=ttype.dtype), name)
+
+
+def _filled(value, what: str):
+    def make(shape, layout=None, mesh: Mesh = None, dtype="f32", *, abstract: bool = False,
+             name: str | None = None) -> DistTensor:
+        return full(shape, value, layout, mesh, dtype, abstract=abstract, name=name)
+    make.__name__ = make.__qualname__ = what
+    make.__doc__ = f":func:`full` of {value} (MESH-TENSOR-INIT-1)."
+    return make
+
+
+zeros = _filled(0, "zeros")
+ones = _filled(1, "ones")
+
+
+def arange(n: int, layout=None, mesh: Mesh = None, dtype="index", *, name: str | None = None) -> DistTensor:
+    """``0 … n−1`` (GRAPH-INIT-1's ``arange(n)``) split by ``layout`` on ``mesh`` (MESH-TENSOR-INIT-1)."""
+    from ..ops.constant import arange as values
+    return tensor((n,), layout, mesh, dtype, data=np.asarray(values(n, dtype=dtype)), name=name)
 
 
 def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = None) -> DistTensor:
@@ -318,8 +390,7 @@ def from_shards(shards, layout, mesh: Mesh, dtype=None, *, name: str | None = No
                               fix="every device must hold a block of the same shape (pad uneven data)")
     policy = _resolve_policy(dtype, shards[0])
     lshape = shards[0].shape
-    dtype_np = policy.storage.dtype
-    full = np.stack([s if s.dtype == dtype_np else cast(s, policy.storage) for s in shards])
+    full = np.stack([_to_element(s, policy) for s in shards])
     full = full.reshape(mesh.shape + lshape)
     lay = resolve_layout(layout, len(lshape))
     stack = stack_shape(lay, mesh, whole=True)
@@ -355,7 +426,7 @@ def require_memory(types, mesh: Mesh, location: str | None) -> None:
     machine = sim.current()
     if machine is None:
         return
-    devices = [dev for dev in mesh.devices if dev in machine.device_names]
+    devices = machine.present(mesh.devices)  # by name: sub-meshes too
     if not devices:
         return
     fullest = max(devices, key=machine.memory.live)
@@ -369,22 +440,7 @@ def _account(t: DistTensor) -> None:
     machine = sim.current()
     if machine is None:
         return
-    nbytes = t.nbytes_per_device
-    label = t.name or str(t.type)
-    handles = []
-    devices = [dev for dev in t.mesh.devices if dev in machine.device_names]  # by name: sub-meshes too
-    # the fullest device first: when the tensor does not fit, it fails before any other device is
-    # charged, so no peak, warning or timeline sample is left behind (SIM-MEM-4)
-    devices.sort(key=lambda dev: -machine.memory.live(dev))
-    try:
-        for dev in devices:
-            handles.append(machine.alloc(dev, nbytes, label))
-    except BaseException:
-        _free(machine, handles)  # an out-of-memory error leaves the accountant as it was
-        raise
-    t._finalizer = weakref.finalize(t, _free, machine, handles)
-
-
-def _free(machine, handles) -> None:
-    for h in handles:
-        machine.free(h)
+    # by name: sub-meshes too, and meshes of which the machine has only some devices
+    handles = machine.alloc_each(machine.present(t.mesh.devices), t.nbytes_per_device, t.name or str(t.type),
+                                 user_location())
+    t._finalizer = weakref.finalize(t, machine.free_each, handles)

@@ -23,10 +23,13 @@ re-derive layouts).
 from __future__ import annotations
 
 import functools
+import inspect
 
 from .. import context
 from ..dist import DistTensor, tensor
-from ..errors import OpError, TraceError, user_location
+from ..errors import DTypeError, OpError, PolicyError, ShapeError, TraceError, user_location
+from ..ir import TensorType
+from ..numerics.annotations import TensorAnnotation
 from ..ir import CommonSubexpressionElimination, DeadCodeElimination, Module, PassManager, verify
 from ..ir.levels import LEVELS
 from ..ops.rewrites import optimize
@@ -69,6 +72,7 @@ class GraphFunction:
         self.backend = backend
         self.cache: dict = {}
         self._last: TracedModule | None = None
+        self.annotations = _tensor_annotations(fn)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -111,8 +115,20 @@ class GraphFunction:
             tensors.append(array)
         return tuple(key), tensors
 
+    def _annotated(self, args) -> tuple:
+        """``args`` checked against the parameters' ``Tensor[...]`` annotations and given their
+        policies (GRAPH-ANNOT-1)."""
+        if not self.annotations:
+            return args
+        out, env = list(args), {}
+        for i, (name, ann) in self.annotations.items():
+            if i < len(out):
+                out[i], env = _apply_annotation(self.name, name, ann, out[i], env)
+        return tuple(out)
+
     def trace(self, *args) -> Module:
         """Trace (or fetch from the cache) the module for ``args``; returns the optimized module."""
+        args = self._annotated(args)
         key, tensors = self._signature(args)
         return self._traced(key, args, tensors).optimized
 
@@ -149,6 +165,7 @@ class GraphFunction:
     def __call__(self, *args):
         if current_trace() is not None or any(isinstance(x, Tracer) for x in flatten(args)[0]):
             return self.fn(*args)  # inlined into the caller's trace
+        args = self._annotated(args)
         key, tensors = self._signature(args)
         entry = self._traced(key, args, tensors)
         present = [t for t in tensors if t is not None]
@@ -188,6 +205,45 @@ class GraphFunction:
 
 def _is_dist(x) -> bool:
     return isinstance(x, DistTensor)
+
+
+def _tensor_annotations(fn) -> dict:
+    """``{position: (name, TensorAnnotation)}`` of ``fn``'s positional parameters annotated
+    ``Tensor[...]``/``f32[n]`` (string annotations are evaluated; ones that fail are not tensors)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception:  # noqa: BLE001 - an annotation that does not evaluate is not a Tensor[...]
+        hints = dict(getattr(fn, "__annotations__", None) or {})
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return {i: (p.name, hints[p.name]) for i, p in enumerate(params)
+            if p.kind in positional and isinstance(hints.get(p.name), TensorAnnotation)}
+
+
+def _apply_annotation(fname: str, name: str, ann: TensorAnnotation, x, env: dict) -> tuple:
+    """``(value, env)``: ``x`` as a tensor of ``ann``'s shape (symbols bound in ``env``) and
+    policy — data converted into it (NUM-CVT), a tensor of its storage format retyped (same
+    bits) — or a ShapeError/DTypeError naming the parameter (GRAPH-ANNOT-1)."""
+    where = f"{fname}: parameter {name!r} is annotated {ann}"
+    value = x if isinstance(x, (Array, DistTensor)) or hasattr(x, "type") else \
+        asarray(x, policy=ann.policy) if ann.policy is not None else asarray(x)
+    try:
+        env = ann.bind(value.shape, env)
+    except PolicyError as exc:
+        raise ShapeError(f"{where}, but {exc.what}", fix=exc.fix, location=user_location()) from None
+    policy = ann.policy
+    if policy is None or value.type.policy == policy:
+        return value, env
+    if getattr(value.type.policy, "storage", None) is not policy.storage or not isinstance(value, (Array, DistTensor)):
+        raise DTypeError(f"{where}, but the argument is a {value.type}: tensors are not converted implicitly",
+                         fix=f"cast it first, op.cast(x, {policy.storage.name!r}), or pass NumPy data",
+                         location=user_location())
+    if isinstance(value, DistTensor):
+        return DistTensor(TensorType(value.shape, policy, value.layout), value.mesh, value.local, value.name), env
+    return Array(value.data, TensorType(value.shape, policy)), env
 
 
 def module(name: str | None = None, *, rewrite: bool = True, backend=None):

@@ -7,7 +7,7 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
 
     type          ::= tensor-type | scalar-type | "index" | function-type
     tensor-type   ::= "tensor<" (dim "x")* element ">"
-    element       ::= format ("," policy)? | "i1" | "index" | "complex<f32>"
+    element       ::= format ("," policy)? | "i1" | "index" | "i32" | "ui8" | "complex<f32>"
     dim           ::= decimal-integer | "[" symbol "]"
     symbol        ::= [A-Za-z_][A-Za-z0-9_]*
     scalar-type   ::= format | "scalar<" format "," policy ">"
@@ -36,10 +36,11 @@ Text syntax (shared by the printer and :mod:`tessera_ref.ir.parser`)::
   ``(f32) -> (f32, f32)``; a function type returned alone is parenthesized:
   ``(f32) -> ((f32) -> f32)``.
 
-Besides numbers of a format and policy, a tensor may hold one of three *element kinds*
-(:data:`BOOL` ``i1``: comparison results and masks; :data:`INDEX` ``index``: 64-bit signed
-integers such as argmax results; :data:`COMPLEX64` ``complex<f32>``: pairs of f32, for the
-FFT ops). Element kinds have no policy: no conversion rounds into them implicitly.
+Besides numbers of a format and policy, a tensor may hold an *element kind*
+(:data:`BOOL` ``i1``: comparison results and masks; the integers of GRAPH-TYPE-4,
+:data:`INDEX` ``index`` = int64, :data:`I32` ``i32``, :data:`UI8` ``ui8``; :data:`COMPLEX64`
+``complex<f32>``: pairs of f32, for the FFT ops). Element kinds have no policy: no conversion
+rounds into them implicitly.
 
 A tensor type may carry a sharding layout (:class:`~tessera_ref.ir.layout.ShardLayout`),
 written after the element: ``tensor<576x1152xf32, #shard<[dp, tp]>>``,
@@ -60,7 +61,7 @@ from ..numerics import Policy, as_policy, get_format
 from .errors import IRError
 from .layout import ShardLayout
 
-__all__ = ["Type", "TensorType", "MAX_DIM", "ElementKind", "element_arg", "BOOL", "INDEX", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
+__all__ = ["Type", "TensorType", "MAX_DIM", "ElementKind", "element_arg", "BOOL", "INDEX", "I32", "UI8", "INT_KINDS", "COMPLEX64", "ELEMENT_KINDS", "ScalarType", "IndexType", "FunctionType", "POLICY_FIELDS",
            "SYMBOL_RE", "default_policy", "format_policy", "format_signature"]
 
 #: Policy fields written in ``#policy<...>``, in printing order.
@@ -89,11 +90,23 @@ class ElementKind:
         return f"ElementKind({self.name})"
 
 
+    @property
+    def is_int(self) -> bool:
+        """True for the integer kinds (``index``, ``i32``, ``ui8``; GRAPH-TYPE-4)."""
+        return self.dtype.kind in "iu"
+
+
 BOOL = ElementKind("i1", np.dtype(np.bool_), 8)
 INDEX = ElementKind("index", np.dtype(np.int64), 64)
+I32 = ElementKind("i32", np.dtype(np.int32), 32)
+UI8 = ElementKind("ui8", np.dtype(np.uint8), 8)
 COMPLEX64 = ElementKind("complex<f32>", np.dtype(np.complex64), 64)
 #: Element kinds by their text.
-ELEMENT_KINDS = {k.name: k for k in (BOOL, INDEX, COMPLEX64)}
+ELEMENT_KINDS = {k.name: k for k in (BOOL, INDEX, I32, UI8, COMPLEX64)}
+#: The integer element kinds (GRAPH-TYPE-4); ``index`` is the int64 one.
+INT_KINDS = (INDEX, I32, UI8)
+#: Other names of the integer kinds (``int64`` is ``index``: one 64-bit integer element, GRAPH-TYPE-4).
+_KIND_ALIASES = {"int64": INDEX, "i64": INDEX, "int32": I32, "uint8": UI8, "u8": UI8, "bool": BOOL}
 
 
 class Type:
@@ -149,6 +162,8 @@ def element_arg(element, what: str = "a tensor element"):
         return element
     if isinstance(element, str) and element in ELEMENT_KINDS:
         return ELEMENT_KINDS[element]
+    if isinstance(element, str) and element.strip().lower() in _KIND_ALIASES:
+        return _KIND_ALIASES[element.strip().lower()]
     if isinstance(element, np.dtype) or (isinstance(element, type) and issubclass(element, np.generic)):
         dtype = np.dtype(element)
         for kind in ELEMENT_KINDS.values():

@@ -54,6 +54,9 @@ def check_policy(op: Operation, *types, rounding: tuple = ("rne",), overflow: tu
         if t.policy != policy:
             raise LoweringError(f"{short}: operands of different policies ({', '.join(map(str, types))})",
                                 location=op.location, fix="cast the operands to one policy first")
+    if not hasattr(policy, "storage"):  # an element kind (i1, the integers of GRAPH-TYPE-4)
+        raise LoweringError(f"{short}: the tile lowering has no kernel for {policy.name} tensors yet ({types[0]})",
+                            location=op.location, fix="run this op in the Graph IR interpreter")
     storage, accum = policy.storage.name, policy.accum.name
     if storage not in SUPPORTED_STORAGE or accum not in ("f32", "f64") or policy.rounding not in rounding \
             or policy.reduction != "canonical" or policy.scaling != "none" \

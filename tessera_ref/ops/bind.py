@@ -41,16 +41,21 @@ def register_dispatch(value_type: type, apply, trace_apply=None) -> None:
 
 
 def weak_policy(operands):
-    """The policy Python scalars among ``operands`` take: the first numeric tensor operand's."""
+    """The policy Python scalars among ``operands`` take: the first numeric tensor operand's,
+    else the first integer tensor's kind (GRAPH-TYPE-2, GRAPH-TYPE-4)."""
+    ints = None
     for x in operands:
-        if isinstance(x, (Array, Tracer)):
-            if not isinstance(x.type.policy, ElementKind):
-                return x.type.policy
+        if isinstance(x, (Array, Tracer)) or hasattr(x, "layout"):
+            element = x.type.policy
         elif not is_weak_scalar(x) and not isinstance(x, bool):
             element = asarray(x).type.policy
-            if not isinstance(element, ElementKind):
-                return element
-    return None
+        else:
+            continue
+        if not isinstance(element, ElementKind):
+            return element
+        if ints is None and element.is_int:
+            ints = element
+    return ints
 
 
 def bind(prim: Primitive, *operands, **attrs):

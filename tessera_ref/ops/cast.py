@@ -11,9 +11,11 @@ policy: rounding, overflow, accum, reduction) or the name of an element kind, ``
   and an index of magnitude above 2^53 that f64 cannot hold is a runtime
   :class:`~tessera_ref.errors.OpError` (NUM-CVT-1 rejects such sources).
 - number → ``i1``: ``x != 0`` (NaN is true, ±0 false).
-- number → ``index``: truncation toward zero; NaN gives 0; values at or beyond the int64
-  range (±inf included) saturate to −2^63 or 2^63 − 1.
-- ``i1`` ↔ ``index``: 0/1 and ``x != 0``; a kind to itself is the identity.
+- number → an integer kind (``index`` = int64, ``i32``, ``ui8``; GRAPH-TYPE-4): truncation
+  toward zero; NaN gives 0; values beyond the kind's range (±inf included) saturate to its
+  least or greatest value (GRAPH-CAST-2).
+- integer kind → integer kind: wrapping modulo 2^bits (two's complement, as C and PTX
+  ``cvt``); ``i1`` → integer: 0/1; integer → ``i1``: ``x != 0``; a kind to itself is the identity.
 
 Complex tensors are not castable (use ``op.real``/``op.imag``), and a target policy with
 block or tensor scaling is an error: scaled quantization is not a Graph op yet.
@@ -24,7 +26,7 @@ import numpy as np
 
 from ..errors import DTypeError, OpError, TesseraError
 from ..ir import ScalarType, TensorType
-from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
+from ..ir.types import BOOL, COMPLEX64, INDEX, INT_KINDS, ElementKind, element_arg
 from ..numerics import Policy, as_policy, get_format
 from .adjoint import seed_of
 from .bind import bind
@@ -34,9 +36,8 @@ from .typecheck import SEED_ATTR, elementwise_cost, require_seed, to_storage
 
 __all__ = ["cast"]
 
-_KINDS = {BOOL.name: BOOL, INDEX.name: INDEX}
+_KINDS = {k.name: k for k in (BOOL,) + INT_KINDS}
 _EXACT_INT = 2 ** 53
-_INT64_MIN, _INT64_MAX = -2.0 ** 63, 2.0 ** 63
 
 
 def _element(value):
@@ -56,7 +57,7 @@ def _element(value):
 
 
 def _check_to(value):
-    """The canonical ``to`` attribute: a ScalarType, or ``"i1"``/``"index"``."""
+    """The canonical ``to`` attribute: a ScalarType, or an element kind's name (``"i1"``, ``"index"``, ``"i32"``, ``"ui8"``)."""
     element = _element(value)
     if element is COMPLEX64:
         raise OpError("cast cannot produce complex<f32> tensors",
@@ -84,24 +85,25 @@ def _infer(attrs, x):
     return out
 
 
-def _to_index(x: np.ndarray) -> np.ndarray:
-    """Truncation toward zero; NaN → 0; saturation to the int64 range."""
+def _to_int(x: np.ndarray, kind: ElementKind) -> np.ndarray:
+    """Truncation toward zero; NaN → 0; saturation to the kind's range (GRAPH-CAST-2)."""
     v = x.astype(np.float64)
+    info = np.iinfo(kind.dtype)
     with np.errstate(invalid="ignore"):
         t = np.trunc(np.where(np.isnan(v), 0.0, v))
-        big, small = t >= _INT64_MAX, t < _INT64_MIN
-        r = np.where(big | small, 0.0, t).astype(np.int64)
-    r[big] = np.iinfo(np.int64).max
-    r[small] = np.iinfo(np.int64).min
+        big, small = t >= float(info.max) + 1.0, t < float(info.min)  # both bounds exact in f64
+        r = np.where(big | small, 0.0, t).astype(kind.dtype)
+    r[big] = info.max
+    r[small] = info.min
     return r
 
 
 def _impl(call, x):
     src, dst = call.in_types[0].policy, call.out_types[0].policy
     if dst is BOOL:
-        return np.asarray(x != 0) if src is INDEX or src is BOOL else np.asarray(x.astype(np.float64) != 0)
-    if dst is INDEX:
-        return x.astype(np.int64) if isinstance(src, ElementKind) else _to_index(x)
+        return np.asarray(x != 0) if isinstance(src, ElementKind) else np.asarray(x.astype(np.float64) != 0)
+    if isinstance(dst, ElementKind):  # an integer kind: wrapping from kinds, saturating from numbers
+        return x.astype(dst.dtype) if isinstance(src, ElementKind) else _to_int(x, dst)
     inexact = (x > _EXACT_INT) | (x < -_EXACT_INT) if src is INDEX else None
     if inexact is not None and inexact.any():
         bad = x[inexact].reshape(-1)[0]
@@ -136,7 +138,7 @@ def _cast_jvp(attrs, primals, tangents, results):
 CAST = define("cast", infer=_infer, impl=_impl, cost=elementwise_cost, spec="GRAPH-CAST-1", shard=elementwise_rule,
               vjp=_cast_vjp, jvp=_cast_jvp,
               attrs={"to": Attr(check=_check_to, doc="the target: a format name, Format, Policy or "
-                                                     "ScalarType, or 'i1' / 'index'"),
+                                                     "ScalarType, or 'i1' / 'index' / 'i32' / 'ui8'"),
                      **SEED_ATTR})
 
 
@@ -145,7 +147,7 @@ def cast(x, to, *, rounding=None, overflow=None, seed=None):
 
     ``to`` is a format name (``"bf16"``), a :class:`~tessera_ref.numerics.Format`, a
     :class:`~tessera_ref.numerics.Policy` (``fp8 @accum(f32)``), a ScalarType, or ``"i1"`` /
-    ``"index"``. ``rounding`` and ``overflow`` override the target policy's (NUM-CVT-2/3);
+    ``"index"`` (``"int64"``) / ``"i32"`` (``"int32"``) / ``"ui8"`` (``"uint8"``) (GRAPH-CAST-2). ``rounding`` and ``overflow`` override the target policy's (NUM-CVT-2/3);
     ``seed`` keys stochastic rounding.
     """
     if rounding is not None or overflow is not None:

@@ -7,9 +7,10 @@ rounding and overflow. ``fma`` is the single-rounding fused multiply-add (NUM-EW
 is no implicit contraction, so ``a * b + c`` is two ops and two roundings. ``minimum`` and
 ``maximum`` are IEEE 754-2019 ``minimum``/``maximum`` (a NaN operand gives NaN; −0 < +0).
 
-``where(cond, a, b)`` selects without rounding; comparisons give ``i1`` tensors with IEEE
-semantics (NaN is unordered: only ``not_equal`` is true; −0 == +0); the logical ops act on
-``i1`` tensors.
+``add sub mul neg abs minimum maximum`` also take the integer kinds (``index``, ``i32``,
+``ui8``), wrapping modulo 2^bits (GRAPH-EW-6). ``where(cond, a, b)`` selects without
+rounding; comparisons give ``i1`` tensors with IEEE semantics (NaN is unordered: only
+``not_equal`` is true; −0 == +0), integers compared exactly; the logical ops act on ``i1`` tensors.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import numpy as np
 
 from ..errors import DTypeError
 from ..ir import TensorType
-from ..ir.types import BOOL, INDEX, ElementKind
+from ..ir.types import BOOL, ElementKind
 from ..numerics import accum_op
 from ..numerics.arith import canonical_nan, to_accum
 from .adjoint import constant, seed_of, sum_terms, unbroadcast
@@ -31,16 +32,24 @@ from .values import asarray
 from .typecheck import (SEED_ATTR, broadcast_shapes, broadcast_types, elementwise_cost, require_seed,
                         same_element, to_storage)
 
-__all__ = ["add", "sub", "mul", "div", "fma", "neg", "abs", "minimum", "maximum", "where",
+__all__ = ["add", "sub", "mul", "div", "fma", "neg", "abs", "minimum", "maximum", "where", "stop_gradient",
            "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
            "logical_and", "logical_or", "logical_not"]
 
 
+#: Ops defined on the integer kinds too, wrapping modulo 2^bits (GRAPH-EW-6), by their NumPy form.
+_INT_ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "neg": np.negative, "abs": np.abs,
+              "minimum": np.minimum, "maximum": np.maximum}
+
+
 def _require_numeric(name: str, types) -> None:
     for t in types:
-        if isinstance(t.policy, ElementKind):
-            raise DTypeError(f"{name} computes on numbers of a format, got {t}",
-                             fix="convert it with op.cast(x, 'f32') (an i1 mask: op.where(mask, 1.0, 0.0))")
+        if isinstance(t.policy, ElementKind) and not (t.policy.is_int and name in _INT_ARITH):
+            ints = t.policy.is_int
+            raise DTypeError(f"{name} computes on numbers of a format, got {t}"
+                             + (f" (integers take only {', '.join(_INT_ARITH)}, GRAPH-EW-6)" if ints else ""),
+                             fix="convert it with op.cast(x, 'f32')" + ("" if ints else
+                                 " (an i1 mask: op.where(mask, 1.0, 0.0))"))
 
 
 def arithmetic_infer(name: str):
@@ -68,6 +77,10 @@ def _arith_impl(name: str):
     compute = _ARITH[name]
 
     def impl(call, *arrays):
+        if isinstance(call.out_types[0].policy, ElementKind):  # integers: wrapping (GRAPH-EW-6)
+            with np.errstate(over="ignore"):
+                r = _INT_ARITH[name](*arrays)
+            return np.broadcast_to(r, call.out_types[0].shape).astype(call.out_types[0].dtype)
         accum = call.out_types[0].policy.accum
         if isinstance(compute, str):
             r = accum_op(compute, *arrays, accum=accum)
@@ -96,10 +109,14 @@ def elementwise_rules(scales):
     """``(vjp, jvp)`` from ``scales(attrs, primals, result) -> (scale per operand)``, each
     scale a function of a tensor (``None``: the operand has no derivative, e.g. a condition)."""
     def vjp(attrs, primals, results, cts):
+        if isinstance(results[0].type.policy, ElementKind) and results[0].type.policy.is_int:
+            return (None,) * len(primals)  # integer results have no derivative (GRAPH-EW-6)
         fs = scales(attrs, primals, results[0])
         return tuple(None if f is None else unbroadcast(f(cts[0]), p.shape) for f, p in zip(fs, primals))
 
     def jvp(attrs, primals, tangents, results):
+        if isinstance(results[0].type.policy, ElementKind) and results[0].type.policy.is_int:
+            return (None,)
         fs = scales(attrs, primals, results[0])
         (out,) = sum_terms([f(t) for f, t in zip(fs, tangents) if f is not None and t is not None], attrs)
         if out is not None and tuple(out.shape) != tuple(results[0].shape):
@@ -248,6 +265,20 @@ def where(cond, a, b):
 
 
 # ---------------------------------------------------------------------------------------
+# stop_gradient
+
+STOP_GRADIENT = define("stop_gradient", infer=lambda attrs, x: x, impl=lambda call, x: x.copy(),
+                       cost=lambda call: elementwise_cost(call, 0), spec="GRAPH-STOPGRAD-1",
+                       shard=linear_rule("all"), vjp=NOT_DIFFERENTIABLE, jvp=NOT_DIFFERENTIABLE)
+
+
+def stop_gradient(x):
+    """``x`` itself, bit for bit, whose derivative is zero: differentiation passes nothing
+    through it (GRAPH-STOPGRAD-1)."""
+    return bind(STOP_GRADIENT, x)
+
+
+# ---------------------------------------------------------------------------------------
 # comparisons and logic
 
 _COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
@@ -257,8 +288,8 @@ _COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less
 def _compare_infer(name: str):
     def infer(attrs, a, b):
         element = same_element(name, a, b)
-        if isinstance(element, ElementKind) and element is not INDEX:
-            raise DTypeError(f"{name} compares numbers or indices, got {a} and {b}",
+        if isinstance(element, ElementKind) and not element.is_int:
+            raise DTypeError(f"{name} compares numbers or integers, got {a} and {b}",
                              fix="compare i1 masks with op.logical_* or op.equal on op.cast values")
         return TensorType(broadcast_shapes(name, a, b), BOOL)
     return infer
@@ -269,7 +300,7 @@ def _compare_impl(name: str):
 
     def impl(call, a, b):
         element = call.in_types[0].policy
-        if element is not INDEX:  # exact widening; f64 holds every value of every format
+        if not (isinstance(element, ElementKind) and element.is_int):  # exact widening; f64 holds every format
             a, b = a.astype(np.float64), b.astype(np.float64)
         with np.errstate(invalid="ignore"):
             return np.broadcast_to(fn(a, b), call.out_types[0].shape).copy()

@@ -29,7 +29,7 @@ from .sharding import ShardPlan, replicated_rule, split_count, whole
 from .primitive import Attr, Cost, define
 from .typecheck import (check_int, check_int_tuple, elementwise_cost, nbytes, normalize_axis,
                         same_element)
-from .values import TensorOperators, asarray
+from .values import FUNCTIONS, TensorOperators, asarray
 
 __all__ = ["reshape", "transpose", "permute", "broadcast_to", "slice", "getitem", "concat", "split",
            "split_qkv", "expand_dims", "squeeze"]
@@ -406,7 +406,7 @@ def _basic_index(t: TensorType, index):
         if not (item is None or item is Ellipsis or isinstance(item, builtins.slice) or _is_int(item)):
             raise OpError(f"getitem: index {item!r} of type {type(item).__name__} on {t} is advanced indexing, "
                           "which is not a shape op", fix="index with ints, slices, None and ...; for masks "
-                          "use op.where, for gathers a one-hot op.matmul")
+                          "use op.where; gather with one integer tensor, E[ids] or E[:, ids] (op.take)")
     if sum(item is Ellipsis for item in items) > 1:
         raise OpError(f"getitem: index {index!r} on {t} has more than one ...", fix="use a single ...")
     used = sum(item is not None and item is not Ellipsis for item in items)
@@ -437,10 +437,29 @@ def _basic_index(t: TensorType, index):
     return triples, tuple(shape)
 
 
+def _gather_index(index):
+    """``(axis, ids)`` when ``index`` is one integer tensor or array after full slices, else None."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not items or any(not (isinstance(i, builtins.slice) and i == builtins.slice(None)) for i in items[:-1]):
+        return None
+    ids = items[-1]
+    if isinstance(ids, TensorOperators):
+        element = ids.type.policy
+        return (len(items) - 1, ids) if getattr(element, "is_int", False) else None
+    if isinstance(ids, (list, np.ndarray)) and np.asarray(ids).dtype.kind in "iu" and np.asarray(ids).ndim:
+        return len(items) - 1, np.asarray(ids)
+    return None
+
+
 def getitem(x, index):
     """``x[index]`` for basic indexing — ints, slices, ``None`` and ``...`` — with NumPy
     semantics (GRAPH-SLICE-1): one ``slice`` (skipped when it takes everything) then one
-    ``reshape`` (skipped when the shape is unchanged). Array indices raise OpError."""
+    ``reshape`` (skipped when the shape is unchanged). One integer tensor after full slices,
+    ``E[ids]`` or ``E[:, ids]``, is ``op.take`` along that axis (GRAPH-TAKE-1); other array
+    indices raise OpError."""
+    gather = _gather_index(index)
+    if gather is not None:
+        return FUNCTIONS.take(x, gather[1], axis=gather[0])
     t = _type_of(x)
     triples, shape = _basic_index(t, index)
     out = x if isinstance(x, TensorOperators) else asarray(x)  # an Array, a Tracer or a DistTensor

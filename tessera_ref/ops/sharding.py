@@ -12,7 +12,13 @@ The mesh executor (:mod:`tessera_ref.dist.propagate`) moves each operand into it
 layout with collectives (MESH-REDIST-1), runs ``impl`` on the local blocks and attaches the
 result layouts. ``stacked=True`` says ``impl`` accepts the mesh axes as extra leading batch
 axes (elementwise ops, matmul), so all devices run in one call. Attributes that speak of global sizes (a ``reshape``'s shape)
-are rewritten for the devices by ``local_attrs(attrs, local_in_types) -> attrs``.
+are rewritten for the devices by ``local_attrs(attrs, local_in_types) -> attrs``; attributes
+that differ from device to device (the row block a vocab-parallel ``take`` owns, MESH-SHARD-TAKE-1)
+by ``device_attrs(attrs, coords, mesh, local_in_types) -> attrs`` with the device's mesh
+coordinates ``{axis: index}`` (``impl`` then runs once per distinct block). A rule may
+instead say how the op runs as other ops: ``expand(attrs, *operands) -> results`` binds
+primitives on the distributed (or traced) operands, each then sharded by its own rule — how
+``cross_entropy`` over a split vocabulary all-reduces only row statistics (MESH-SHARD-CE-1).
 
 A result is *partial* (a pending reduction, MESH-LAYOUT-1) when the op sums over a dimension
 split over a mesh axis — matmul with K split, ``sum`` over a split axis. That is where
@@ -62,6 +68,8 @@ class ShardPlan:
     results: tuple
     stacked: bool = False
     local_attrs: object = None
+    device_attrs: object = None
+    expand: object = None
 
 
 def whole(layout: ShardLayout, dims=None) -> ShardLayout:

@@ -21,7 +21,7 @@ from .adjoint import op, seed_of, sum_terms
 from .bind import bind
 from .sharding import replicated_rule
 from .primitive import Attr, Cost, define
-from .typecheck import (INDEX, SEED_ATTR, check_int_tuple, nbytes, require_float, require_kind, require_seed,
+from .typecheck import (SEED_ATTR, check_int_tuple, nbytes, require_float, require_int, require_seed,
                         same_element, to_storage)
 
 __all__ = ["spmm"]
@@ -42,8 +42,8 @@ def _require_rank(t: TensorType, rank: int, what: str) -> None:
 
 def _spmm_infer(attrs, indptr, indices, data, dense):
     m, k = attrs["shape"]
-    require_kind("spmm (indptr)", indptr, INDEX)
-    require_kind("spmm (indices)", indices, INDEX)
+    require_int("spmm (indptr)", indptr)
+    require_int("spmm (indices)", indices)
     for t, rank, what in ((indptr, 1, "indptr"), (indices, 1, "indices"), (data, 1, "data"),
                           (dense, 2, "the dense operand")):
         _require_rank(t, rank, what)

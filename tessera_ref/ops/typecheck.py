@@ -17,7 +17,7 @@ from ..numerics import cast, packed_nbytes
 from .primitive import Attr, Cost
 
 __all__ = ["broadcast_shapes", "broadcast_types", "same_element", "require_float", "require_kind",
-           "normalize_axis", "normalize_axes", "nbytes", "numel", "static_shape", "elementwise_cost",
+           "require_int", "normalize_axis", "normalize_axes", "nbytes", "numel", "static_shape", "elementwise_cost",
            "is_float", "check_int", "check_bool", "check_int_tuple", "check_str_choice", "BOOL", "INDEX",
            "COMPLEX64", "SEED_ATTR", "require_seed", "to_storage"]
 
@@ -76,6 +76,13 @@ def require_kind(name: str, t: TensorType, kind: ElementKind) -> None:
     if t.policy is not kind:
         raise DTypeError(f"{name} needs a tensor of {kind.name}, got {t}",
                          fix=f"pass a {kind.name} tensor")
+
+
+def require_int(name: str, t: TensorType) -> None:
+    """A DTypeError unless ``t`` holds an integer kind (``index``, ``i32``, ``ui8``; GRAPH-TYPE-4)."""
+    if not (isinstance(t.policy, ElementKind) and t.policy.is_int):
+        raise DTypeError(f"{name} needs an integer tensor (index, i32 or ui8), got {t}",
+                         fix="pass integer data (np.int32/np.int64), or convert with op.cast(x, 'i32')")
 
 
 def normalize_axis(name: str, axis: int, t: TensorType) -> int:

@@ -12,7 +12,8 @@ it (``if t > 0``) is a :class:`~tessera_ref.errors.TraceError` telling the user 
 
 Python scalars in an op are *weakly typed*: a float or int takes the policy of the op's
 first numeric tensor operand (f32 when there is none) and is converted into its storage
-format with that policy's rounding; a bool is an ``i1`` scalar.
+format with that policy's rounding; an int with only integer tensors takes the first one's
+integer kind (GRAPH-TYPE-4); a bool is an ``i1`` scalar.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import numpy as np
 from ..context import TRACES
 from ..errors import DTypeError, OpError, ShapeError, TraceError
 from ..ir import Block, Module, Operation, TensorType, Value, func_op, return_op
-from ..ir.types import BOOL, COMPLEX64, INDEX, ElementKind, element_arg
+from ..ir.types import BOOL, COMPLEX64, I32, INDEX, UI8, ElementKind, element_arg
 from ..numerics import Policy, as_policy, cast, get_format
 
 __all__ = ["FUNCTIONS", "Array", "Tracer", "Trace", "asarray", "element_of_dtype", "current_trace", "is_weak_scalar",
@@ -360,8 +361,8 @@ def element_of_dtype(dtype) -> "Policy | ElementKind":
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return BOOL
-    if dtype.kind in "iu":
-        return INDEX
+    if dtype.kind in "iu":  # i32 and ui8 as themselves, every other integer dtype as index (int64)
+        return {np.dtype(np.int32): I32, np.dtype(np.uint8): UI8}.get(dtype, INDEX)
     if dtype.kind == "c":
         return COMPLEX64
     return as_policy(get_format(dtype))
@@ -374,9 +375,8 @@ def is_weak_scalar(x) -> bool:
 
 def _convert(values: np.ndarray, element, seed) -> np.ndarray:
     if isinstance(element, ElementKind):
-        if element is INDEX and values.dtype.kind not in "iub":
-            raise DTypeError(f"an index tensor holds integers; got values of dtype {values.dtype}",
-                             fix="pass integer data, or a float format for float data")
+        if element.is_int:
+            return _to_int_kind(values, element)
         if element is BOOL and values.dtype != np.bool_:
             raise DTypeError(f"an i1 tensor holds booleans; got values of dtype {values.dtype}",
                              fix="compare explicitly (x != 0) to make a mask")
@@ -390,6 +390,19 @@ def _convert(values: np.ndarray, element, seed) -> np.ndarray:
         raise DTypeError(f"converting data into {element} rounds stochastically, which needs a key",
                          fix="pass seed=<int> to asarray (element i uses the Philox stream of (seed, i))")
     return cast(values, element.storage, rounding=element.rounding, overflow=element.overflow, key=seed)
+
+
+def _to_int_kind(values: np.ndarray, kind: ElementKind) -> np.ndarray:
+    """Integer data as ``kind`` (GRAPH-TYPE-4): a value the kind cannot hold is a DTypeError."""
+    if values.dtype.kind not in "iub":
+        raise DTypeError(f"an {kind.name} tensor holds integers; got values of dtype {values.dtype}",
+                         fix="pass integer data, convert floats with op.cast(x, '" + kind.name + "'), or use a float format")
+    info = np.iinfo(kind.dtype)
+    if values.size and values.dtype.kind != "b" and (values.min() < info.min or values.max() > info.max):
+        bad = values.max() if values.max() > info.max else values.min()
+        raise DTypeError(f"the value {bad} does not fit {kind.name} ([{info.min}, {info.max}])",
+                         fix="use a wider integer kind (i32, index) or check the data")
+    return values.astype(kind.dtype)
 
 
 def _host_values(x) -> np.ndarray:
@@ -429,7 +442,10 @@ def asarray(x, dtype=None, policy=None, *, seed=None, weak=None) -> Array:
     elif isinstance(x, (bool, np.bool_)):
         element = BOOL
     elif is_weak_scalar(x) and not isinstance(x, np.generic):
-        element = as_policy(weak if weak is not None else "f32")
+        if isinstance(weak, ElementKind):  # an int kind (GRAPH-TYPE-4): ints take it, floats stay f32
+            element = weak if isinstance(x, numbers.Integral) else as_policy("f32")
+        else:
+            element = as_policy(weak if weak is not None else "f32")
     else:
         element = None  # the NumPy dtype decides
     values = x.data if isinstance(x, Array) else _host_values(x)

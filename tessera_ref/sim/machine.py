@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+from collections import Counter
 
 from ..errors import SimError, user_location
 from .collectives import collective_cost
@@ -81,6 +82,7 @@ class Machine:
         self._schedules = (Scheduler(len(self.device_names), overlap), Scheduler(len(self.device_names), not overlap))
         self.timeline = self._schedules[0].timeline
         self._calls = 0  # record_collective / record_transfer calls so far: each event's "call" id
+        self._looked_up: dict = {}  # (id of a tuple of devices or groups, what) -> (the tuple, its indices)
 
     def __repr__(self) -> str:
         return f"Machine({self.preset.name!r}, {self.n_devices} devices)"
@@ -131,8 +133,12 @@ class Machine:
     def alloc(self, device, nbytes: int, name: str, location: str | None = None) -> Allocation:
         """Charge ``nbytes`` of tensor ``name`` to ``device`` (SIM-MEM-1 … SIM-MEM-3); returns
         the handle to :meth:`free`."""
-        self._room(1, f"allocating {name!r}")
-        handle = self.memory.alloc(device, nbytes, name, location if location is not None else user_location())
+        return self._charge(device, nbytes, name, location if location is not None else user_location(),
+                            f"allocating {name!r}")
+
+    def _charge(self, device, nbytes: int, name: str, location: str | None, what: str) -> Allocation:
+        self._room(1, what)
+        handle = self.memory.alloc(device, nbytes, name, location)
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
         return handle
 
@@ -140,6 +146,27 @@ class Machine:
         """Give back the bytes of ``handle`` (always recorded: it ends an allocation the bound let in)."""
         self.memory.free(handle)
         self.timeline.sample_memory(handle.device, self.memory.live(handle.device))
+
+    def alloc_each(self, devices, nbytes: int, name: str, location: str | None = None) -> list:
+        """:meth:`alloc` of ``nbytes`` of tensor ``name`` on each of ``devices`` (indices), the
+        fullest first: when the tensor does not fit, it fails before any other device is charged,
+        so no peak, warning or timeline sample is left behind (SIM-MEM-4), and nothing stays
+        charged. Returns the handles, for :meth:`free_each`."""
+        location = location if location is not None else user_location()
+        live, what = self.memory.live, f"allocating {name!r}"
+        handles = []
+        try:
+            for d in sorted(devices, key=lambda d: -live(d)):
+                handles.append(self._charge(d, nbytes, name, location, what))
+        except BaseException:
+            self.free_each(handles)  # an out-of-memory error leaves the accountant as it was
+            raise
+        return handles
+
+    def free_each(self, handles) -> None:
+        """:meth:`free` of each of ``handles``, in order."""
+        for h in handles:
+            self.free(h)
 
     # -- compute ------------------------------------------------------------------------------
     def record_compute(self, devices, name: str, cost, dtype, location: str | None = None,
@@ -156,9 +183,7 @@ class Machine:
                 "location": location if location is not None else user_location()}
         self._room(len(indices), f"the op {name!r}")
         for schedule in self._schedules:
-            for d in indices:
-                start = schedule.earliest(d, "compute", 0, reads)
-                schedule.place(d, "compute", 0, str(name), start, r.time, args, writes)
+            schedule.place_each(indices, "compute", 0, str(name), r.time, args, reads, writes)
         return r
 
     # -- communication ------------------------------------------------------------------------
@@ -207,7 +232,7 @@ class Machine:
             raise SimError(f"{name}: {len(srcs)} sources but {len(dsts)} destinations",
                            fix="pass one destination per source")
         for what, ends in (("sends", srcs), ("receives", dsts)):
-            twice = sorted({self.device_names[d] for d in ends if ends.count(d) > 1})
+            twice = sorted({self.device_names[d] for d, k in Counter(ends).items() if k > 1})
             if twice:
                 raise SimError(f"{name}: {', '.join(twice)} {what} more than one message in one call",
                                fix="record each round of messages with its own record_transfer call")
@@ -273,26 +298,60 @@ class Machine:
         self._calls += 1
         return self._calls
 
-    def _devices(self, devices) -> list:
-        """Indices of one device or a sequence of devices."""
+    def _devices(self, devices, remember: bool = True) -> tuple:
+        """Indices of one device or a sequence of devices (``remember``: see :meth:`_lookup`)."""
         if isinstance(devices, (str, numbers.Integral)):
-            return [self.device(devices)]
-        return [self.device(d) for d in devices]
+            return (self.device(devices),)
+        return self._lookup(devices, False, remember)
 
-    def _groups(self, groups, kind: str) -> list:
-        """``groups`` as tuples of device indices, each device in at most one group."""
+    def present(self, devices) -> tuple:
+        """The indices of those of ``devices`` (names) that this machine has, in their order
+        (a sub-mesh's devices, or a mesh of devices of which only some are simulated)."""
+        return self._lookup(devices, True, True)
+
+    def _lookup(self, devices, skip_absent: bool, remember: bool) -> tuple:
+        """Indices of the sequence ``devices``. With ``remember``, a tuple (a mesh's devices) is
+        looked up once and then found by identity: an op on a mesh of n devices looks up no
+        name and builds no list of n (SIM-TL-1)."""
+        def indices():
+            if skip_absent:
+                positions = self.device_names.positions
+                return tuple(positions[d] for d in devices if isinstance(d, str) and d in positions)
+            return tuple(self.device(d) for d in devices)
+        return self._remember(devices, skip_absent, indices) if remember else indices()
+
+    def _remember(self, key, tag, make):
+        """``make()``, computed once per immutable ``key`` (a tuple) and ``tag`` and then found by
+        the key's identity; other keys are not remembered."""
+        if not isinstance(key, tuple):
+            return make()
+        hit = self._looked_up.get((id(key), tag))
+        if hit is not None and hit[0] is key:
+            return hit[1]
+        out = make()
+        if len(self._looked_up) >= 256:  # meshes are few; sub-meshes made in a loop are not kept forever
+            self._looked_up.clear()
+        self._looked_up[id(key), tag] = (key, out)
+        return out
+
+    def _groups(self, groups, kind: str) -> tuple:
+        """``groups`` as tuples of device indices, each device in at most one group (a tuple of
+        groups, as a mesh gives them for an axis, is resolved once)."""
         if isinstance(groups, (str, numbers.Integral)):
             raise SimError(f"{kind}: groups must be a list of tuples of devices, got {groups!r}",
                            fix="pass e.g. groups=[(0, 1, 2, 3), (4, 5, 6, 7)]")
-        out, seen = [], set()
-        for g in groups:
-            g = tuple(self._devices(g))
-            if not g or len(set(g)) != len(g) or seen & set(g):
-                raise SimError(f"{kind}: bad group {g!r} — groups must be non-empty, without repeated devices, "
-                               "and disjoint", fix="pass each device at most once over all groups")
-            seen |= set(g)
-            out.append(g)
-        return out
+
+        def resolve():
+            out, seen = [], set()
+            for g in groups:
+                g = self._devices(g, remember=False)
+                if not g or len(set(g)) != len(g) or seen & set(g):
+                    raise SimError(f"{kind}: bad group {g!r} — groups must be non-empty, without repeated devices, "
+                                   "and disjoint", fix="pass each device at most once over all groups")
+                seen |= set(g)
+                out.append(g)
+            return tuple(out)
+        return self._remember(groups, "groups", resolve)
 
     # -- output -------------------------------------------------------------------------------
     def chrome_trace(self) -> dict:

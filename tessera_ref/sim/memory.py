@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import MemoryWarning, OutOfMemoryError, SimError, user_location
-from .devices import resolve_device
+from .devices import DeviceNames, resolve_device
 from .units import fmt_bytes
 
 __all__ = ["Allocation", "MemoryAccountant", "WARN_FRACTION"]
@@ -22,7 +22,7 @@ __all__ = ["Allocation", "MemoryAccountant", "WARN_FRACTION"]
 WARN_FRACTION = Fraction(4, 5)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Allocation:
     """The handle of one live tensor on one device: what :meth:`MemoryAccountant.alloc`
     returns and :meth:`MemoryAccountant.free` takes."""
@@ -40,7 +40,7 @@ class MemoryAccountant:
 
     def __init__(self, capacity: int, device_names: tuple):
         self.capacity = int(capacity)
-        self.device_names = tuple(device_names)
+        self.device_names = device_names if isinstance(device_names, DeviceNames) else DeviceNames(device_names)
         n = len(self.device_names)
         self._live = [0] * n
         self._peak = [0] * n
@@ -56,7 +56,8 @@ class MemoryAccountant:
         80% of it (SIM-MEM-2). ``location`` (``file:line``) defaults to the user's calling line.
         """
         d = resolve_device(device, self.device_names)
-        if not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool) or nbytes < 0:
+        if type(nbytes) is not int and (not isinstance(nbytes, numbers.Integral) or isinstance(nbytes, bool)) \
+                or nbytes < 0:
             raise SimError(f"alloc of {name!r} on {self.device_names[d]}: nbytes must be a non-negative "
                            f"integer, got {nbytes!r}", fix="pass the tensor's size in bytes per device")
         nbytes = int(nbytes)

@@ -53,21 +53,40 @@ class Scheduler:
         """Put the op on ``device`` at ``start = (time, cause)`` for ``duration``; the values
         ``writes`` are ready on ``device``, and the link ``tiers`` it used free, at its end."""
         event = self.timeline.add(Event(device, stream, name, start[0], duration, args, lane))
-        index = len(self.causes)
-        self.causes.append(start[1])
-        done = (event.end, index)
-        self._lane_end[device, stream, lane] = done
-        for tier in tiers:
-            self._link_end[device, tier] = done
-        for v in writes:
-            self._ready[v, device] = done
-        if event.end >= self._last[device][0]:
-            self._last[device] = done
+        self._done(device, stream, lane, start[1], event.end, writes, tiers)
         return event
+
+    def place_each(self, devices, stream: str, lane: int, name: str, duration: float, args: dict, reads=(),
+                   writes=()) -> None:
+        """Put the op on each of ``devices`` (indices) at its :meth:`earliest` start: what
+        ``place(d, …, earliest(d, …), …)`` does for each ``d`` in turn, in one loop (the per-op
+        loop over a mesh's devices, SIM-TL-1)."""
+        add, last, overlap, done = self.timeline.add, self._last, self.overlap, self._done
+        for d in devices:
+            start = self.earliest(d, stream, lane, reads) if overlap else last[d]
+            done(d, stream, lane, start[1], add(Event(d, stream, name, start[0], duration, args, lane)).end, writes)
+
+    def _done(self, device: int, stream: str, lane: int, cause, end: float, writes=(), tiers=()) -> None:
+        """An event of ``device`` caused by event ``cause`` ended at ``end``: its lane and links are
+        free, the values ``writes`` ready on the device then. Only the overlapped schedule reads
+        lanes, links and values (:meth:`earliest`), so the program-order one does not keep them: its
+        memory does not grow with values × devices."""
+        done = (end, len(self.causes))
+        self.causes.append(cause)
+        if self.overlap:
+            self._lane_end[device, stream, lane] = done
+            for tier in tiers:
+                self._link_end[device, tier] = done
+            for v in writes:
+                self._ready[v, device] = done
+        if end >= self._last[device][0]:
+            self._last[device] = done
 
     def forward(self, devices, reads, writes) -> None:
         """Values ``writes`` are ready on ``devices`` when the latest of ``reads`` is (an op
-        that moves nothing, e.g. a collective over one device)."""
+        that moves nothing, e.g. a collective over one device; the overlapped schedule only)."""
+        if not self.overlap:
+            return
         for d in devices:
             ready = max((self._ready.get((v, d), _NOTHING) for v in reads), key=lambda c: c[0], default=_NOTHING)
             for v in writes:

@@ -95,7 +95,17 @@ def _cases() -> dict:
     indptr, indices = _csr()
     cases["spmm"] = [case(indptr, indices, R(6, seed=55), R(5, 3, seed=56), diff=(False, False, True, True),
                           shape=(4, 5))]
+    ids = np.array([[3, 0, 3], [1, 3, 4]], dtype=np.int32)  # repeated ids: their cotangents add up
+    cases["take"] = [case(R(5, 3, seed=90), ids, diff=(True, False)),
+                     case(R(2, 5, seed=91), ids[0].astype(np.int64), axis=1, diff=(True, False), label="axis 1")]
+    cases["scatter_add"] = [case(R(2, 3, 4, seed=92), ids, size=6, diff=(True, False)),
+                            case(R(4, 3, seed=93), ids[1].astype(np.uint8), size=5, axis=1, diff=(True, False),
+                                 label="axis 1")]
     cases["softmax"] = [case(R(3, 5, seed=57)), case(R(4, 3, seed=58), axis=0)]
+    cases["log_softmax"] = [case(R(3, 5, seed=94)), case(R(4, 3, seed=95), axis=0)]
+    labels = np.array([[4, 0], [2, 4]], dtype=np.int32)
+    cases["cross_entropy"] = [case(R(2, 2, 5, seed=96), labels, diff=(True, False), reduction=r, label=r)
+                              for r in ("mean", "sum", "none")]
     x = R(3, 6, seed=59)
     cases["layernorm_safe"] = [case(x), case(x, R(6, seed=60), R(6, seed=61), eps=0.1),
                                case(R(5, 2, seed=62), R(5, seed=63), axis=0)]

@@ -9,6 +9,7 @@ queue transport. The real thing runs under the ``gpu`` marker (``test_mp_nccl``)
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,10 +22,12 @@ from tessera_ref.backends import p2p
 from tessera_ref.backends.p2p import P2PCommunicator
 from tessera_ref.cli.launch import _free_port
 from tessera_ref.dist.world import World, placement
-from tessera_ref.errors import BackendError
+from tessera_ref.errors import BackendError, CollectiveError
 from tessera_ref.numerics import ExactAccumulator, Policy, as_policy
 
 from test_mp_p2p_threads import MESH, WHOLE, on_threads
+from test_mp_signatures import KINDS, calls
+from test_mp_signatures import MESH as LINE
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +164,30 @@ def test_the_double_refuses_what_nccl_refuses():
         nccl.NcclCommunicator(2, uid, 1)   # same thread, so device 0 again
     with pytest.raises(UsageError, match="128 C chars"):
         nccl.NcclCommunicator(2, tuple(range(200, 328)), 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ranks_that_disagree_all_raise_before_any_payload(kind):
+    """The signatures go first (MESH-MP-10), so no rank posts a receive of another size — which
+    the double refuses and real NCCL would hang on or fill with the wrong bytes."""
+    results, nccl = on_nccl(2, calls(kind), mesh=LINE)
+    for got in results:
+        assert isinstance(got, CollectiveError) and "processes disagree" in got.what, got
+    assert nccl.aborted == []
+
+
+def test_a_cupy_without_nccl_is_a_backend_error_with_the_fix():
+    """CuPy's ``cupy.cuda.nccl`` says ``available = False`` (and lacks NcclCommunicator) when it
+    cannot load libnccl: a BackendError naming the install, never CuPy's AttributeError."""
+    fix = r"Fix: pip install -e '\.\[cuda\]' \(CuPy ≥ 13\.6 and the nvidia-nccl-cu12 wheel"
+    with pytest.raises(BackendError, match=r"CuPy \? cannot use it \(it did not load libnccl\).*" + fix):
+        NCCLTransport(World(0, 1), cupy=FakeCupy(), nccl=SimpleNamespace(available=False))
+
+
+def test_one_communication_stream_per_communicator():
+    cupy = FakeCupy()
+    transport = NCCLTransport(World(0, 1), cupy=cupy, nccl=FakeNccl(cupy))
+    streams = len(cupy.cuda.streams)
+    for _ in range(5):
+        transport.exchange({0: np.ones(3, np.float32)}, {0: ((3,), np.float32)})
+    assert len(cupy.cuda.streams) == streams

@@ -4,15 +4,20 @@ GPU each, over NCCL through CuPy (DESIGN §14; docs/spec/mesh.md MESH-MP-4). Cho
 are those of one process.
 
 Each exchange is one NCCL group (``groupStart``, a ``recv`` per source and a ``send`` per
-destination, ``groupEnd``) on the GPU of ``LOCAL_RANK``; the host arrays are copied to the GPU
-and back (the reference interpreter's values live on the host, and the ordered fold of
-:func:`~tessera_ref.backends.p2p.fold_ranks` runs there too: nothing is summed on the GPU). The
+destination, ``groupEnd``) on the GPU of ``LOCAL_RANK``, on the communicator's one
+communication stream (made once: a stream per exchange would leave cached blocks in CuPy's
+per-stream pool); the host arrays are copied to the GPU and back (the reference interpreter's
+values live on the host, and the ordered fold of :func:`~tessera_ref.backends.p2p.fold_ranks`
+runs there too: nothing is summed on the GPU). The
 NCCL unique id travels from rank 0 to the others over MPI when an MPI runtime started the ranks
 (``tessera-ref launch``, ``mpiexec``), else by the rendezvous at ``MASTER_ADDR:MASTER_PORT``
 (:mod:`tessera_ref.backends.cuda.rendezvous`; torchrun, MESH-MP-7). A group that does not finish in
 ``TESSERA_COMM_TIMEOUT`` seconds aborts the communicator and is a
 :class:`~tessera_ref.errors.PeerError` naming the ranks awaited. Importing this module needs
-neither CuPy nor a GPU; opening the transport needs both (NCCL refuses two ranks on one GPU).
+neither CuPy nor a GPU; opening the transport needs both (NCCL refuses two ranks on one GPU) and
+a CuPy that loads libnccl (a ``BackendError`` with the fix otherwise, never CuPy's own error).
+An NCCL receive must know its size and NCCL checks none: the signature exchange of every
+collective (MESH-MP-10) is what keeps mismatched ranks from posting receives of other sizes.
 """
 from __future__ import annotations
 
@@ -43,9 +48,7 @@ class NCCLTransport(Transport):
     def __init__(self, w=None, cupy=None, nccl=None):
         super().__init__()
         cp = self._cp = _cupy() if cupy is None else cupy
-        if nccl is None:
-            from cupy.cuda import nccl
-        self._nccl = nccl
+        self._nccl = nccl = _nccl_module(cp, nccl)
         w = world() if w is None else w
         self.rank, self.size = w.rank, w.size
         local = integer("LOCAL_RANK", os.environ.get("LOCAL_RANK") or str(w.rank), 0)
@@ -56,10 +59,10 @@ class NCCLTransport(Transport):
         cp.cuda.Device(local % count).use()
         self.timeout = comm_timeout()
         self.comm = nccl.NcclCommunicator(w.size, _shared_unique_id(nccl, w, self.timeout), w.rank)
+        self.stream = cp.cuda.Stream(non_blocking=True)   # the communication stream, reused by every exchange
 
     def exchange(self, outgoing: dict, incoming: dict) -> dict:
-        cp, nccl = self._cp, self._nccl
-        stream = cp.cuda.Stream(non_blocking=True)
+        cp, nccl, stream = self._cp, self._nccl, self.stream
         with stream:  # the copies to the GPU are ordered before the sends that read them
             received = {s: (cp.empty(int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=cp.uint8), shape, dtype)
                         for s, (shape, dtype) in incoming.items()}
@@ -83,6 +86,30 @@ class NCCLTransport(Transport):
         # the stream is done: a synchronous copy reads what the receives wrote (CuPy's asnumpy with
         # a stream argument may return before its copy ends, depending on the version)
         return {s: cp.asnumpy(buf).view(dtype).reshape(shape) for s, (buf, shape, dtype) in received.items()}
+
+
+def _loaded(nccl) -> bool:
+    """Whether ``nccl`` (``cupy.cuda.nccl`` or a stand-in) loaded libnccl: CuPy's module says so
+    in ``available`` and then lacks ``NcclCommunicator``."""
+    return bool(getattr(nccl, "available", True)) and hasattr(nccl, "NcclCommunicator")
+
+
+def _nccl_module(cp, nccl=None):
+    """``nccl`` (default ``cupy.cuda.nccl``) when it loaded libnccl, else a :class:`BackendError`
+    with the fix."""
+    why = "it did not load libnccl"
+    if nccl is None:
+        try:
+            from cupy.cuda import nccl
+        except ImportError as exc:
+            nccl, why = None, f"{type(exc).__name__}: {exc}"
+    if nccl is None or not _loaded(nccl):
+        version = getattr(cp, "__version__", "?")
+        raise BackendError(f"the nccl transport needs NCCL, and CuPy {version} cannot use it ({why})",
+                           fix="pip install -e '.[cuda]' (CuPy ≥ 13.6 and the nvidia-nccl-cu12 wheel, which such a "
+                               "CuPy loads; on CUDA 13 '.[cuda13]'), or put libnccl.so.2 on LD_LIBRARY_PATH; "
+                               "without GPUs use TESSERA_TRANSPORT=mpi")
+    return nccl
 
 
 def _shared_unique_id(nccl, w, wait: float) -> tuple:

@@ -1,4 +1,4 @@
-"""AD-RESHAPE … AD-SUM, AD-MATMUL, AD-SPMM, AD-CONV2D, AD-FFT, AD-COMPLEX, AD-DROPOUT: rules of linear
+"""AD-RESHAPE … AD-SUM, AD-TAKE, AD-MATMUL, AD-SPMM, AD-CONV2D, AD-FFT, AD-COMPLEX, AD-DROPOUT: rules of linear
 (or bilinear) ops on small integers (or powers of two), where every value is exact. The independent reference is the
 op written in NumPy from its GRAPH clause: its tangent is the op on the tangent, and its
 cotangent is ``Jᵀ·u`` with ``J`` the NumPy function's explicit Jacobian; the adjoint law
@@ -53,6 +53,15 @@ def _spmm(indptr, indices, data, dense):
     return y
 
 
+def _scatter(u, ids, size):
+    """GRAPH-SCATTER-1 by its defining sum."""
+    out = np.zeros((size,) + u.shape[ids.ndim:], u.dtype)
+    for j, r in enumerate(ids.reshape(-1)):
+        out[r] = out[r] + u.reshape((-1,) + u.shape[ids.ndim:])[j]
+    return out
+
+
+_IDS = np.array([[3, 0, 3], [1, 3, 4]], np.int32)  # repeated ids: their cotangents add up
 INDPTR = np.array([0, 2, 2, 5, 6], np.int64)
 INDICES = np.array([3, 0, 1, 1, 4, 2], np.int64)  # an unsorted row, a repeated column in row 2
 
@@ -102,6 +111,9 @@ LINEAR = [
          lambda d: _spmm(INDPTR, INDICES, d, _DENSE), (6,)),
     case("AD-SPMM-1", "spmm-dense", lambda b: op.spmm((INDPTR, INDICES, _DATA, (4, 5)), b),
          lambda b: _spmm(INDPTR, INDICES, _DATA, b), (5, 3)),
+    case("AD-TAKE-1", "take-repeated-ids", lambda t: op.take(t, _IDS), lambda t: t[_IDS], (5, 3)),
+    case("AD-TAKE-1", "take-axis1", lambda t: op.take(t, _IDS[0], axis=1), lambda t: t[:, _IDS[0]], (2, 5)),
+    case("AD-TAKE-1", "scatter_add", lambda u: op.scatter_add(u, _IDS, 6), lambda u: _scatter(u, _IDS, 6), (2, 3, 2)),
     case("AD-MATMUL-1", "matmul-a", lambda a: op.matmul(a, _B), lambda a: a @ _B, (3, 4)),
     case("AD-MATMUL-1", "matmul-b-batched-transposed", lambda b: op.matmul(_A3, b, transpose_a=True, transpose_b=True),
          lambda b: np.swapaxes(_A3, -1, -2) @ b.T, (5, 4)),

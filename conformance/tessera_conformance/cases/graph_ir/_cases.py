@@ -14,7 +14,7 @@ from tessera_conformance import ORACLE, assert_bits, eager, numpy_of, run, unsup
 
 from ._formats import FORMATS, round_values, values_of
 
-__all__ = ["operand", "values", "policy", "check", "grid", "specials", "rng", "run_text", "skip_unsupported", "jit"]
+__all__ = ["operand", "values", "normal_values", "policy", "check", "grid", "specials", "rng", "run_text", "skip_unsupported", "jit"]
 
 
 def rng(seed: int = 0) -> np.random.Generator:
@@ -39,6 +39,11 @@ def operand(x, fmt: str = "f32", pol=None, **policy_options):
 def values(a) -> np.ndarray:
     """The exact f64 values of an operand (Array or storage array)."""
     return values_of(np.asarray(a.numpy() if hasattr(a, "numpy") else a))
+
+
+def normal_values(shape, fmt: str, seed: int, scale: float = 3.0) -> np.ndarray:
+    """Normal values times ``scale`` held in ``fmt`` (as :func:`values` gives them)."""
+    return values(operand(np.random.default_rng(seed).standard_normal(shape) * scale, fmt))
 
 
 def check(backend, fn, args, want, *, traced: bool = True, eagerly: bool = True, what: str = "") -> None:

@@ -315,6 +315,23 @@ def softmax(A, x, axis=-1):
     return div(A, e, s)
 
 
+def log_softmax(A, x, axis=-1):
+    """GRAPH-LOGSOFTMAX-1: z = x ⊖ max, l = log(lane sum of exp(z)), y = z ⊖ l, all in A."""
+    z = sub(A, x, np.expand_dims(_max_ax(x, axis), axis))
+    return sub(A, z, np.expand_dims(math_op("log", lane_sum(A, exp_A(A, z), axis), A), axis))
+
+
+def cross_entropy(A, x, labels, reduction="mean"):
+    """GRAPH-CROSSENTROPY-1: per row l ⊖ z[label] (classes last), then the lane sum or mean of all rows."""
+    z = sub(A, x, np.expand_dims(_max_ax(x, -1), -1))
+    l = math_op("log", lane_sum(A, exp_A(A, z), -1), A)
+    picked = np.take_along_axis(z, np.asarray(labels, np.int64)[..., None], -1)[..., 0]
+    rows = sub(A, l, picked)
+    if reduction == "none":
+        return rows
+    return (lane_sum if reduction == "sum" else lane_mean)(A, rows.reshape(-1))
+
+
 def layernorm(A, x, weight=None, bias=None, eps=1e-5):
     mu = lane_mean(A, x)[..., None]
     c = sub(A, x, mu)

@@ -135,9 +135,10 @@ def test_types_print_policy_only_when_not_default(backend):
 
 @clause("GRAPH-TYPE-1", "GRAPH-TYPE-2")
 def test_element_kinds_are_not_converted_implicitly(backend):
-    """index and i1 do not convert implicitly into or out of numbers (DTypeError)."""
+    """index and i1 do not convert implicitly into or out of numbers, nor integer kinds into each
+    other (DTypeError)."""
     idx, mask, x = np.arange(3), np.array([True, False, True]), np.ones(3, np.float32)
-    for fn, args in ((op.add, (idx, idx)), (op.mul, (idx, x)), (op.equal, (idx, x)), (op.add, (mask, x)),
+    for fn, args in ((op.add, (idx, idx.astype(np.int32))), (op.mul, (idx, x)), (op.equal, (idx, x)), (op.add, (mask, x)),
                      (op.where, (mask, idx, x))):
         with pytest.raises(DTypeError):
             run(backend, fn, *args)
@@ -162,16 +163,18 @@ def test_weak_python_scalars(backend):
     assert_bits(got[1], xv < 0)
 
 
-@clause("GRAPH-TYPE-2")
+@clause("GRAPH-TYPE-2", "GRAPH-TYPE-4")
 def test_numpy_arrays_take_their_dtype_format(backend):
-    """NumPy arrays take their dtype's format: f64, f32, f16, bf16, index, i1, complex<f32>."""
+    """NumPy arrays take their dtype's format: f64, f32, f16, bf16, index, i32, ui8, index (int16), i1,
+    complex<f32>."""
     args = (np.ones(2), np.ones(2, np.float32), np.ones(2, np.float16), np.ones(2, ml_dtypes.bfloat16),
-            np.ones(2, np.int64), np.ones(2, np.int32), np.ones(2, bool), np.ones(2, np.complex64))
+            np.ones(2, np.int64), np.ones(2, np.int32), np.ones(2, np.uint8), np.ones(2, np.int16),
+            np.ones(2, bool), np.ones(2, np.complex64))
     jf = jit(backend, lambda *a: tuple(op.reshape(v, (2, 1)) for v in a))
     jf(*args)
     sig = jf.inspect_ir().splitlines()[2]
     kinds = re.findall(r"tensor<2x([^>]+>?)>", sig)
-    assert kinds == ["f64", "f32", "f16", "bf16", "index", "index", "i1", "complex<f32>"], sig
+    assert kinds == ["f64", "f32", "f16", "bf16", "index", "i32", "ui8", "index", "i1", "complex<f32>"], sig
 
 
 SYM = '''"tessera.module"() ({

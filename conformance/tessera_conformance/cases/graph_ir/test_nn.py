@@ -9,12 +9,8 @@ from tessera_ref.errors import DTypeError, OpError, TesseraError
 from tessera_conformance import clause, run
 
 from . import _reference as R
-from ._cases import check, operand, values
+from ._cases import check, normal_values as _data, operand, values
 from ._formats import round_values
-
-
-def _data(shape, fmt, seed, scale=3.0):
-    return values(operand(np.random.default_rng(seed).standard_normal(shape) * scale, fmt))
 
 
 @clause("GRAPH-SOFTMAX-1")
