@@ -2,16 +2,18 @@
 with all its rules (DESIGN §5; :mod:`~tessera_ref.ops.primitive`).
 
 Families: :mod:`.constant`, :mod:`.elementwise`, :mod:`.math`, :mod:`.cast`,
-:mod:`.reduction`, :mod:`.shape`, :mod:`.gather`, :mod:`.linalg`, :mod:`.sparse`, :mod:`.nn`, :mod:`.loss`, :mod:`.fft`,
+:mod:`.reduction`, :mod:`.shape`, :mod:`.gather`, :mod:`.linalg`, :mod:`.sparse`, :mod:`.nn`, :mod:`.loss`,
+:mod:`.fused`, :mod:`.fft`,
 :mod:`.random`, :mod:`.collective`. The user-facing functions are collected in :mod:`tessera_ref.op`.
 """
-from . import cast, collective, constant, elementwise, fft, gather, linalg, loss, math, nn, random, reduction, shape, sparse
+from . import cast, collective, constant, elementwise, fft, fused, gather, linalg, loss, math, nn, random, reduction, shape, sparse
 from .bind import bind
 from .primitive import (NOT_DIFFERENTIABLE, PRIMITIVES, RULES, Attr, Call, Cost, Primitive, define,
                         missing_rules, primitive, primitive_of)
 from .values import FUNCTIONS, Array, Trace, Tracer, asarray
 
-FAMILIES = (constant, elementwise, math, cast, reduction, shape, gather, linalg, sparse, nn, loss, fft, random, collective)
+FAMILIES = (constant, elementwise, math, cast, reduction, shape, gather, linalg, sparse, nn, loss, fused, fft, random,
+            collective)
 
 # Fill the registry through which tensors' operators (values) and derivative rules (adjoint) call the ops.
 for _family in FAMILIES:

@@ -223,28 +223,16 @@ def _norm_core(o, xh, r, g, axis: int, center: bool):
 
 
 def _norm_vjp(center: bool):
-    """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: ``x̄`` by :func:`_norm_core` of ``ḡ ⊗ weight``;
-    ``weight̄ = Σ ḡ ⊗ x̂`` and ``bias̄ = Σ ḡ`` over every axis but the normalized one — all
-    computed in the accumulation format, each cotangent rounded once into storage
-    (:func:`~tessera_ref.ops.adjoint.in_accum`), as the forward computes and rounds."""
+    """AD-LAYERNORMSAFE-1 / AD-RMSNORMSAFE-1: one ``op.norm_safe_bwd`` (GRAPH-NORMSAFEBWD-1) —
+    ``x̄ = core(ḡ ⊗ weight)``, ``weight̄ = Σ ḡ ⊗ x̂``, ``bias̄ = Σ ḡ`` over every axis but the
+    normalized one, with the row statistics recomputed inside the op: what the backward keeps
+    of the forward is x and the weight, and no full-width value in the accumulation format
+    leaves the op."""
     def vjp(attrs, primals, results, cts):
-        axis = attrs["axis"]
-
-        def bars(policy, x, g, *params):
-            o = op()
-            xh, r = _normalized(o, attrs, x, center, policy)
-            others = tuple(i for i in range(x.ndim) if i != axis)
-
-            def per_feature(t):
-                return o.sum(t, axis=others) if others else t
-            gw = o.mul(g, along(params[0], axis, x.ndim)) if params else g
-            out = [_norm_core(o, xh, r, gw, axis, center)]
-            if params:
-                out.append(per_feature(o.mul(g, xh)))
-            if len(params) == 2:
-                out.append(per_feature(g))
-            return tuple(out)
-        return in_accum(bars, primals[0], cts[0], *primals[1:])
+        x, *params = primals
+        out = op().norm_safe_bwd(x, cts[0], params[0] if params else None, axis=attrs["axis"], eps=attrs["eps"],
+                                 center=center, bias=len(params) == 2)
+        return out if isinstance(out, tuple) else (out,)
     return vjp
 
 
@@ -314,6 +302,13 @@ def rmsnorm_safe(x, weight=None, *, axis=-1, eps=1e-6, seed=None):
 # flash_attention
 
 def _attention_infer(attrs, q, k, v):
+    out = _attention_type(q, k, v)
+    require_seed("flash_attention", attrs, out)
+    return out
+
+
+def _attention_type(q, k, v):
+    """The result type of attention over ``q``, ``k``, ``v`` (shapes and policies checked)."""
     name = "flash_attention"
     element = same_element(name, q, k, v)
     require_float(name, q)
@@ -324,9 +319,7 @@ def _attention_infer(attrs, q, k, v):
         raise ShapeError(f"{name}: q {q} and k {k} must share D (last axis) and k and v {v} must share "
                          f"Sk (second-to-last axis)", fix="check the head dimension and the key length")
     batch = broadcast_shapes(name, *(TensorType(t.shape[:-2], element) for t in (q, k, v)))
-    out = TensorType(batch + (q.shape[-2], v.shape[-1]), element)
-    require_seed(name, attrs, out)
-    return out
+    return TensorType(batch + (q.shape[-2], v.shape[-1]), element)
 
 
 def _scale(call, head_dim: int):
@@ -336,32 +329,47 @@ def _scale(call, head_dim: int):
     return math_in_accum("rsqrt", np.float64(head_dim), accum=_accum(call))
 
 
-def _attention_impl(call, q, k, v):
+def _attention_scores(call, q, k):
+    """The blocks of the online softmax (GRAPH-FLASHATTENTION-1): for each key block in
+    ascending order, ``(t0, s)`` with ``s = (q·k_blockᵀ) ⊗ scale``, masked keys ``-inf``."""
     accum = _accum(call)
     Sq, D = q.shape[-2:]
     Sk = k.shape[-2]
     scale = _scale(call, D)
-    out_shape = call.out_types[0].shape
-    m = np.full(out_shape[:-1], -np.inf, dtype=accum.dtype)
-    ell = np.zeros(out_shape[:-1], dtype=accum.dtype)
-    acc = np.zeros(out_shape, dtype=accum.dtype)
     rows = np.arange(Sq)[:, None]
     bk = call.attrs["block_k"]
     for t0 in range(0, Sk, bk):
-        kb, vb = k[..., t0:t0 + bk, :], v[..., t0:t0 + bk, :]
+        kb = k[..., t0:t0 + bk, :]
         s = _op("mul", dot_canonical(q, np.swapaxes(kb, -1, -2), accum=accum), scale, call=call)
         if call.attrs["causal"]:
             keys = t0 + np.arange(kb.shape[-2])[None, :]
             s = np.where(keys <= rows + (Sk - Sq), s, np.array(-np.inf, dtype=accum.dtype))
-        m_new = reduce_canonical(np.concatenate([m[..., None], s], axis=-1), -1, "max", accum=accum)
-        shift = np.where(m_new == -np.inf, np.array(0.0, dtype=accum.dtype), m_new)
-        p = math_in_accum("exp", _op("sub", s, shift[..., None], call=call), accum=accum)
-        alpha = math_in_accum("exp", _op("sub", m, shift, call=call), accum=accum)
-        ell = _op("add", _op("mul", alpha, ell, call=call),
-                  reduce_canonical(p, -1, "sum", accum=accum), call=call)
+        yield t0, s
+
+
+def _online_step(call, m, ell, s):
+    """One block of the online softmax: ``(m_new, ell_new, p, alpha)`` from the running row
+    max ``m`` and sum ``ell`` and the block's scores ``s``."""
+    accum = _accum(call)
+    m_new = reduce_canonical(np.concatenate([m[..., None], s], axis=-1), -1, "max", accum=accum)
+    shift = np.where(m_new == -np.inf, np.array(0.0, dtype=accum.dtype), m_new)
+    p = math_in_accum("exp", _op("sub", s, shift[..., None], call=call), accum=accum)
+    alpha = math_in_accum("exp", _op("sub", m, shift, call=call), accum=accum)
+    ell = _op("add", _op("mul", alpha, ell, call=call), reduce_canonical(p, -1, "sum", accum=accum), call=call)
+    return m_new, ell, p, alpha
+
+
+def _attention_impl(call, q, k, v):
+    accum = _accum(call)
+    out_shape = call.out_types[0].shape
+    m = np.full(out_shape[:-1], -np.inf, dtype=accum.dtype)
+    ell = np.zeros(out_shape[:-1], dtype=accum.dtype)
+    acc = np.zeros(out_shape, dtype=accum.dtype)
+    bk = call.attrs["block_k"]
+    for t0, s in _attention_scores(call, q, k):
+        m, ell, p, alpha = _online_step(call, m, ell, s)
         acc = _op("add", _op("mul", alpha[..., None], acc, call=call),
-                  dot_canonical(p, vb, accum=accum), call=call)
-        m = m_new
+                  dot_canonical(p, v[..., t0:t0 + bk, :], accum=accum), call=call)
     return to_storage(call, _op("div", acc, ell[..., None], call=call))
 
 
@@ -402,19 +410,13 @@ def _attention_probs(o, attrs, q, k, policy):
 
 
 def _attention_vjp(attrs, primals, results, cts):
-    """AD-FLASHATTENTION-1: the adjoint of the attention function ``softmax(mask(scale·q·kᵀ))·v``
-    (the blocked online softmax is one rounding of that function): with ``P`` recomputed,
-    ``v̄ = Pᵀ·ḡ``, ``P̄ = ḡ·vᵀ``, ``S̄ = scale ⊗ P ⊗ (P̄ ⊖ Σ P̄ ⊗ P)``, ``q̄ = S̄·k``, ``k̄ = S̄ᵀ·q``,
-    each summed over broadcast batch axes — in the accumulation format, each rounded once into
-    storage. Masked scores have ``P = 0`` and get no gradient."""
-    def bars(policy, q, k, v, g):
-        o = op()
-        p, scale = _attention_probs(o, attrs, q, k, policy)
-        dv = o.matmul(p, g, transpose_a=True)
-        ds = o.mul(_softmax_transpose(o, p, o.matmul(g, v, transpose_b=True), -1), scale)
-        dq, dk = o.matmul(ds, k), o.matmul(ds, q, transpose_a=True)
-        return tuple(unbroadcast(bar, x.shape) for bar, x in zip((dq, dk, dv), (q, k, v)))
-    return in_accum(bars, *primals, cts[0])
+    """AD-FLASHATTENTION-1: FlashAttention-2's backward — the row log-sum-exp
+    ``L = op.flash_attention_lse(q, k)`` and ``(q̄, k̄, v̄) = op.flash_attention_bwd(q, k, v, o,
+    L, ḡ)`` (GRAPH-FLASHATTENTIONLSE-1, GRAPH-FLASHATTENTIONBWD-1): what the backward keeps of
+    the forward is q, k, v and o, and no value of it is ``[Sq, Sk]``."""
+    o = op()
+    lse = o.flash_attention_lse(*primals[:2], **{k: attrs[k] for k in ("causal", "scale", "block_k") if k in attrs})
+    return o.flash_attention_bwd(*primals, results[0], lse, cts[0], **{k: v for k, v in attrs.items() if k != "seed"})
 
 
 def _attention_jvp(attrs, primals, tangents, results):

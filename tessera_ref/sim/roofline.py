@@ -19,7 +19,8 @@ __all__ = ["Roofline", "roofline", "peak_key", "op_class", "OP_CLASSES"]
 
 #: The op classes a preset may give achievable fractions for (SIM-ROOF-3): the ops that run on
 #: tensor cores, and every other op.
-OP_CLASSES = {"tensor_core": frozenset({"matmul", "gemm", "conv2d", "flash_attention"}), "other": None}
+OP_CLASSES = {"tensor_core": frozenset({"matmul", "gemm", "conv2d", "flash_attention", "flash_attention_lse",
+                                      "flash_attention_bwd"}), "other": None}
 
 
 def op_class(name: str | None) -> str:

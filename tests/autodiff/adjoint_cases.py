@@ -110,9 +110,20 @@ def _cases() -> dict:
     cases["layernorm_safe"] = [case(x), case(x, R(6, seed=60), R(6, seed=61), eps=0.1),
                                case(R(5, 2, seed=62), R(5, seed=63), axis=0)]
     cases["rmsnorm_safe"] = [case(x), case(x, R(6, seed=64), eps=0.1), case(R(5, 2, seed=65), axis=0)]
+    cases["norm_safe_bwd"] = [case(x, R(3, 6, seed=95), R(6, seed=96), eps=1e-5, center=True, bias=True),
+                              case(x, R(3, 6, seed=97), eps=0.1, center=False),
+                              case(R(5, 2, seed=98), R(5, 2, seed=99), R(5, seed=100), axis=0, eps=1e-6, center=False),
+                              case(R(2, 3, 4, seed=101), R(2, 3, 4, seed=102), R(4, seed=103), eps=1e-5, center=True)]
     q, k, v = R(2, 3, 4, seed=66), R(2, 5, 4, seed=67), R(2, 5, 3, seed=68)
     cases["flash_attention"] = [case(q, k, v), case(q, k, v, causal=True, scale=0.7, block_k=2),
                                 case(R(1, 3, 4, seed=69), R(2, 3, 4, seed=70), R(1, 3, 2, seed=71), label="bcast")]
+    cases["flash_attention_lse"] = [case(q, k), case(q, k, causal=True, scale=0.7, block_k=2),
+                                    case(R(1, 3, 4, seed=69), R(2, 3, 4, seed=70), label="bcast")]
+    o, do = R(2, 3, 3, seed=90), R(2, 3, 3, seed=91)
+    lse = np.log(np.exp(0.5 * q @ np.swapaxes(k, -1, -2)).sum(-1))  # near the true statistic: P sums to about 1
+    cases["flash_attention_bwd"] = [case(q, k, v, o, lse, do), case(q, k, v, o, lse, do, causal=True, block_k=2, block_q=2),
+                                    case(R(1, 3, 4, seed=69), R(2, 3, 4, seed=70), R(1, 3, 2, seed=71), R(2, 3, 2, seed=92),
+                                         R(2, 3, seed=93), R(2, 3, 2, seed=94), scale=0.5, label="bcast")]
     cases["conv2d"] = [case(R(2, 3, 6, 5, seed=72), R(4, 3, 3, 2, seed=73)),
                        case(R(1, 2, 9, 8, seed=74), R(3, 2, 2, 3, seed=75), stride=(2, 3), padding=(1, 2, 0, 1),
                             dilation=(2, 1)),

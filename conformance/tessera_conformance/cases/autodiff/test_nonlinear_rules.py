@@ -189,15 +189,64 @@ def test_flash_attention_rule(backend, shapes, scale, causal, block_k):
 
 @clause("AD-FLASHATTENTION-1")
 def test_bf16_attention_uses_the_attribute_scale_in_accum(backend):
-    """bf16 attention: scale 0.7 in f32 (not 0.69921875), each cotangent rounded once."""
+    """bf16 attention: scale 0.7 in f32 (not 0.69921875), each cotangent rounded once; the row
+    term Δ = Σ ḡ ⊗ o reads the bf16 output o (FlashAttention-2), so q̄ and k̄ may also carry
+    o's rounding (|δo| ≤ 2⁻⁹|o|) through P·δΔ·k·scale — and nothing more."""
     q, k, v, g = (_normal(s, 12 + i).astype(BF16).astype(np.float64) for i, s in
                   enumerate(((4, 96), (5, 96), (5, 8), (4, 8))))
     bars = vjp_on(backend, lambda q, k, v: op.flash_attention(q, k, v, scale=0.7, causal=True),
                   tuple(tr.asarray(t, policy="bf16") for t in (q, k, v)), tr.asarray(g, policy="bf16"))
-    for got, ref in zip(bars, _attention_closed(0.7, True)(q, k, v, g)):
+    p = _attention(q, k, v, 0.7, True)
+    e_delta = 2.0 ** -9 * (np.abs(g) * np.abs(p @ v)).sum(-1, keepdims=True)  # o's rounding, through Δ
+    carried = (0.7 * (p * e_delta) @ np.abs(k), 0.7 * np.swapaxes(p * e_delta, -1, -2) @ np.abs(q), 0.0)
+    for got, ref, extra in zip(bars, _attention_closed(0.7, True)(q, k, v, g), carried):
         assert got.dtype == BF16
         err = np.abs(got.astype(np.float64) - ref)
-        assert np.all(err <= 2.0 ** -8 * np.abs(ref) + 2.0 ** -20 * np.max(np.abs(ref)))
+        assert np.all(err <= 2.0 ** -8 * np.abs(ref) + 1.01 * extra + 2.0 ** -20 * np.max(np.abs(ref)))
+
+
+@clause("AD-FLASHATTENTIONBWD-1")
+@pytest.mark.parametrize("causal", [False, True])
+def test_lse_and_backward_rules(backend, causal):
+    """Second derivatives of attention: the rules of flash_attention_lse and flash_attention_bwd
+    against finite differences of float64 NumPy, and the adjoint law."""
+    q, k, v, o, do = (_normal(s, 30 + i) for i, s in enumerate(((2, 3, 4), (2, 5, 4), (2, 5, 3), (2, 3, 3), (2, 3, 3))))
+    sc = 0.5
+
+    def scores(q, k):
+        s = q @ np.swapaxes(k, -1, -2) * sc
+        return np.where(np.arange(5)[None, :] <= np.arange(3)[:, None] + 2, s, -np.inf) if causal else s
+
+    def lse_np(q, k):
+        s = scores(q, k)
+        m = s.max(-1, keepdims=True)
+        return (m + np.log(np.exp(s - m).sum(-1, keepdims=True)))[..., 0]
+
+    def bwd_np(q, k, v, o, lse, do):
+        p = np.exp(scores(q, k) - lse[..., None])
+        ds = p * (do @ np.swapaxes(v, -1, -2) - (do * o).sum(-1, keepdims=True))
+        return [sc * ds @ k, sc * np.swapaxes(ds, -1, -2) @ q, np.swapaxes(p, -1, -2) @ do]
+    check_rules(backend, lambda q, k: op.flash_attention_lse(q, k, causal=causal, scale=sc, block_k=2), lse_np, [q, k])
+    lse = lse_np(q, k)
+    check_rules(backend, lambda *a: op.flash_attention_bwd(*a, causal=causal, scale=sc, block_k=2, block_q=2), bwd_np,
+                [q, k, v, o, lse, do])
+
+
+@clause("AD-NORMSAFEBWD-1")
+@pytest.mark.parametrize("center", [True, False])
+def test_norm_backward_rules(backend, center):
+    """Second derivatives of the normalizations: norm_safe_bwd's jvp (a Hessian-vector product)
+    against finite differences of float64 NumPy; its vjp by the adjoint law."""
+    x, g, w = _normal((3, 6), 40, 2.0), _normal((3, 6), 41), _normal((6,), 42)
+    eps = 1e-3
+
+    def f_np(x, g, w):
+        c = x - x.mean(-1, keepdims=True) if center else x
+        r = 1 / np.sqrt((c * c).mean(-1, keepdims=True) + eps)
+        h = g * w
+        d = r * (h - c * r * (c * r * h).mean(-1, keepdims=True))
+        return [d - d.mean(-1, keepdims=True) if center else d, (g * c * r).sum(0), g.sum(0)]
+    check_rules(backend, lambda x, g, w: op.norm_safe_bwd(x, g, w, eps=eps, center=center, bias=True), f_np, [x, g, w])
 
 
 # -- linear algebra ----------------------------------------------------------------------------

@@ -351,23 +351,33 @@ def rmsnorm(A, x, weight=None, eps=1e-6):
     return y if weight is None else mul(A, y, weight)
 
 
-def flash_attention(A, q, k, v, causal=False, scale=None, block_k=64):
-    """The blocked online softmax of GRAPH-FLASHATTENTION-1 (batch axes broadcast)."""
+def _attention_setup(A, q, k, v, scale):
     q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
-    Sq, D = q.shape[-2:]
-    Sk, Dv = v.shape[-2:]
     batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     q, k, v = (np.broadcast_to(t, batch + t.shape[-2:]) for t in (q, k, v))
-    sigma = acc(scale, A) if scale is not None else rsqrt_A(A, float(D))
+    sigma = acc(scale, A) if scale is not None else rsqrt_A(A, float(q.shape[-1]))
+    return q, k, v, batch, sigma
+
+
+def _scores(A, q, k, t, rows, sigma, causal):
+    """The scores of keys ``t`` (mask applied) for query rows ``rows``."""
+    Sq, Sk = q.shape[-2], k.shape[-2]
+    s = mul(A, dot(A, q[..., rows, None, :], k[..., None, t, :]), sigma)
+    if causal:
+        s = np.where(t[None, :] > rows[:, None] + (Sk - Sq), -np.inf, s)
+    return s
+
+
+def _online(A, q, k, v, causal, scale, block_k):
+    """``(m, l, out)`` of the blocked online softmax of GRAPH-FLASHATTENTION-1."""
+    q, k, v, batch, sigma = _attention_setup(A, q, k, v, scale)
+    Sq, Sk, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     m = np.full(batch + (Sq,), -np.inf)
     l = np.zeros(batch + (Sq,))
     out = np.zeros(batch + (Sq, Dv))
-    rows = np.arange(Sq)[:, None]
     for j0 in range(0, Sk, block_k):
         t = np.arange(j0, min(j0 + block_k, Sk))
-        s = mul(A, dot(A, q[..., :, None, :], k[..., None, t, :]), sigma)
-        if causal:
-            s = np.where(t[None, :] > rows + (Sk - Sq), -np.inf, s)
+        s = _scores(A, q, k, t, np.arange(Sq), sigma, causal)
         m_new = maximum(m, max_along(s, -1))
         m_t = np.where(m_new == -np.inf, 0.0, m_new)
         p = exp_A(A, sub(A, s, m_t[..., None]))
@@ -376,7 +386,55 @@ def flash_attention(A, q, k, v, causal=False, scale=None, block_k=64):
         pv = dot(A, p[..., :, None, :], np.swapaxes(v[..., t, :], -1, -2)[..., None, :, :])
         out = add(A, mul(A, alpha[..., None], out), pv)
         m = m_new
+    return m, l, out
+
+
+def flash_attention(A, q, k, v, causal=False, scale=None, block_k=64):
+    """The blocked online softmax of GRAPH-FLASHATTENTION-1 (batch axes broadcast)."""
+    m, l, out = _online(A, q, k, v, causal, scale, block_k)
     return div(A, out, l[..., None])
+
+
+def flash_attention_lse(A, q, k, causal=False, scale=None, block_k=64):
+    """GRAPH-FLASHATTENTIONLSE-1: ``m ⊕ log l`` of the forward's recurrence."""
+    m, l, _ = _online(A, q, k, k, causal, scale, block_k)
+    return add(A, m, math_op("log", l, A))
+
+
+def flash_attention_bwd(A, q, k, v, o, lse, do, causal=False, scale=None, block_k=64, block_q=64):
+    """GRAPH-FLASHATTENTIONBWD-1: ``(q̄, k̄, v̄)`` in ``A`` before the rounding into storage,
+    for operands of one batch shape (no sum over broadcast axes)."""
+    q, k, v, batch, sigma = _attention_setup(A, q, k, v, scale)
+    o, lse, do = (np.asarray(t, np.float64) for t in (o, lse, do))
+    Sq, D, Sk, Dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
+    delta = lane_sum(A, mul(A, do, o), -1)
+    dq, dk, dv = np.zeros(batch + (Sq, D)), np.zeros(batch + (Sk, D)), np.zeros(batch + (Sk, Dv))
+    sw = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    for j0 in range(0, Sk, block_k):
+        t = np.arange(j0, min(j0 + block_k, Sk))
+        for i0 in range(0, Sq, block_q):
+            r = np.arange(i0, min(i0 + block_q, Sq))
+            s = _scores(A, q, k, t, r, sigma, causal)
+            p = exp_A(A, sub(A, s, lse[..., r, None]))
+            dv[..., t, :] = add(A, dv[..., t, :], dot(A, sw(p)[..., :, None, :], sw(do[..., r, :])[..., None, :, :]))
+            dp = dot(A, do[..., r, None, :], v[..., None, t, :])
+            ds = mul(A, p, sub(A, dp, delta[..., r, None]))
+            dk[..., t, :] = add(A, dk[..., t, :], dot(A, sw(ds)[..., :, None, :], sw(q[..., r, :])[..., None, :, :]))
+            dq[..., r, :] = add(A, dq[..., r, :], dot(A, ds[..., :, None, :], sw(k[..., t, :])[..., None, :, :]))
+    return mul(A, dq, sigma), mul(A, dk, sigma), dv
+
+
+def norm_safe_bwd(A, x, g, weight=None, eps=1e-5, center=True):
+    """GRAPH-NORMSAFEBWD-1 for a 2-D ``x`` normalized along its last axis: ``(x̄, weight̄, bias̄)``
+    in ``A`` (the feature sums over the rows, NUM-RED-2)."""
+    x, g = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    c = sub(A, x, lane_mean(A, x)[..., None]) if center else x
+    r = rsqrt_A(A, add(A, lane_mean(A, mul(A, c, c))[..., None], acc(eps, A)))
+    xh = mul(A, c, r)
+    h = g if weight is None else mul(A, g, weight)
+    d = mul(A, r, sub(A, h, mul(A, xh, lane_mean(A, mul(A, xh, h))[..., None])))
+    xbar = sub(A, d, lane_mean(A, d)[..., None]) if center else d
+    return xbar, lane_sum(A, mul(A, g, xh), 0), lane_sum(A, g, 0)
 
 
 def conv2d(A, x, w, stride=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1)):
