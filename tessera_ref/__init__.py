@@ -20,6 +20,7 @@ from .frontend.schedule import schedule
 from . import lowering
 from . import backends, interp  # the interpreter registers itself as the backend "interp"
 from . import runtime
+from . import optim
 from .runtime import device_put
 from .ops import Array, asarray
 from .numerics import (
@@ -53,7 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "numerics", "op", "graph", "dist", "jit", "autodiff", "grad", "value_and_grad", "vjp", "jvp",
-    "kernel", "schedule", "lowering", "backends", "runtime", "device_put", "tile", "tshared", "cp_async", "tbarrier", "mut", "symbols",
+    "kernel", "schedule", "lowering", "optim", "backends", "runtime", "device_put", "tile", "tshared", "cp_async", "tbarrier", "mut", "symbols",
     "Array", "asarray", "TesseraError", "Policy", "Tensor", "accum",
     "f64", "fp64", "f32", "fp32", "f16", "fp16", "bf16", "fp8_e4m3", "fp8", "fp8_e5m2",
     "fp6_e2m3", "fp6", "fp6_e3m2", "fp4_e2m1", "fp4", "e8m0", "int8", "int4",

@@ -254,6 +254,12 @@ class BackendError(TesseraError, RuntimeError):
     """An unknown or broken backend, or an executor that cannot run what it was given."""
 
 
+class BackendFinding(BackendError):
+    """A bug a backend's own checks found in what it ran (a race, an access past a buffer in a
+    kernel it rendered): not a refusal — the conformance suite counts it as a failure
+    (BACKEND-ERR-1)."""
+
+
 class CacheError(TesseraError, RuntimeError):
     """A cache directory the library will not load code or records from (another user could
     write it) or cannot create; the message names the directory, its owner and mode."""
@@ -268,3 +274,15 @@ class PeerError(BackendError):
     """Another process of a multi-process program did not answer in time, or failed while this
     one waited for it; the message names the ranks (or the address) waited for. ``tessera-ref
     launch`` names such a rank as the cause only when no rank failed on its own (MESH-MP-5)."""
+
+
+class OptimError(TesseraError, ValueError):
+    """An optimizer (:mod:`tessera_ref.optim`) given a bad hyperparameter, parameters that are
+    not floating-point tensors, or gradients or state whose tree does not match the parameters'
+    (the message names the first mismatching path)."""
+
+
+class CheckpointError(TesseraError, ValueError):
+    """A checkpoint that cannot be saved or restored as asked: a corrupt (SHA-256 or CRC
+    mismatch), missing, truncated or mismatched file, a manifest that fails validation, or a
+    tree that does not match the checkpoint's; the message names the file and the tensor."""

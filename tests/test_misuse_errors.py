@@ -90,7 +90,8 @@ def _public_functions(module, names):
     return [(name, getattr(module, name)) for name in names if inspect.isfunction(getattr(module, name))]
 
 
-@pytest.mark.parametrize("name, fn", _public_functions(tr.op, tr.op.__all__) + _public_functions(dist, dist.__all__),
+@pytest.mark.parametrize("name, fn", _public_functions(tr.op, tr.op.__all__) + _public_functions(dist, dist.__all__)
+                         + _public_functions(tr.optim, tr.optim.__all__),
                          ids=lambda v: v if isinstance(v, str) else "")
 def test_an_unknown_keyword_is_a_usage_error_naming_it(name, fn):
     from tessera_ref.errors import UsageError

@@ -7,8 +7,8 @@ the oracle (``"interp"``) and with an independent reference computed in the case
 The pytest plugin (:mod:`.plugin`, registered through the ``pytest11`` entry point) adds the
 options, the fixtures and the clause × backend report; ``tessera-ref conformance`` runs it.
 """
-from .harness import (GOLDEN, ORACLE, assert_bits, assert_close, clause, eager, golden,
-                      not_applicable, numpy_of, oracle_and, run)
+from .harness import (GOLDEN, ORACLE, assert_bits, assert_close, clause, communicator, eager, golden,
+                      not_applicable, numpy_of, oracle_and, oracle_only, run, unsupported)
 
-__all__ = ["ORACLE", "clause", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
-           "assert_close", "not_applicable", "golden", "GOLDEN"]
+__all__ = ["ORACLE", "clause", "oracle_only", "run", "eager", "oracle_and", "numpy_of", "assert_bits",
+           "assert_close", "not_applicable", "unsupported", "communicator", "golden", "GOLDEN"]

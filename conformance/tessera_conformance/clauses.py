@@ -15,8 +15,8 @@ __all__ = ["CLAUSE_ID", "scan", "load", "load_not_testable"]
 
 HERE = Path(__file__).resolve().parent
 #: A clause ID: a prefix, words, a number (``NUM-RED-2``, ``GRAPH-MATMUL-1``, ``NUM-CVT-2.1``, ``CUDA-CPU-4``,
-#: ``RUNTIME-PROG-1``).
-CLAUSE_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND|CUDA|RUNTIME)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
+#: ``RUNTIME-PROG-1``, ``OPTIM-ADAMW-1``, ``CKPT-SAVE-1``).
+CLAUSE_ID = r"(?:NUM|GRAPH|MESH|SIM|AD|TILE|SCHED|LOWER|BACKEND|CUDA|RUNTIME|OPTIM|CKPT)(?:-[A-Z][A-Z0-9]*)*-\d+(?:\.\d+)?"
 _DEFINITION = re.compile(rf"^\*\*({CLAUSE_ID})\s*(?:\(([^)]*)\))?", re.M)
 
 

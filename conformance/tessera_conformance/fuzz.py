@@ -1,7 +1,9 @@
 """Random valid Graph IR programs for differential testing (NNSmith/Csmith-style).
 
 :func:`programs` is a hypothesis strategy of :class:`Program`: a few inputs of random shapes
-(rank 1–2, sizes 1–6 or 30–70: long enough that summation orders tell apart) in one random policy, and a sequence of steps, each an op of the
+(rank 1–2; sizes 1–6, 30–70 — long enough that summation orders tell apart — or odd and prime
+sizes that no power-of-two tile divides, and a contraction size past 2,048 now and then: a
+long K) in one random policy, and a sequence of steps, each an op of the
 registry applied to earlier values where its typing rules allow (same-shape elementwise
 arithmetic, unary math, reductions over an axis, matmul of compatible matrices, transposes,
 softmax, casts between policies). Input values mix ordinary numbers with the edge cases of
@@ -16,10 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from tessera_ref import asarray, dist, op
+from tessera_ref import asarray, backends, dist, jit, op
+from tessera_ref.errors import BackendError, BackendFinding, TesseraError
 from tessera_ref.numerics import Policy
 
-__all__ = ["Program", "programs", "POLICIES"]
+from .harness import numpy_of
+
+__all__ = ["Program", "programs", "outcome", "compare", "POLICIES", "ODD", "LONG_K"]
 
 #: The policies programs are written in, as ``Policy`` keyword arguments.
 POLICIES = (dict(storage="f32"), dict(storage="bf16", accum="f32"), dict(storage="f16", accum="f32"),
@@ -94,11 +99,25 @@ class Program:
         return "\n".join(lines)
 
 
+#: Odd and prime sizes (no power-of-two tile divides them) and contraction sizes past 2,048.
+ODD = (7, 13, 31, 67, 127, 129)
+LONG_K = (2048, 2053, 2055)
+#: Inputs up to this many elements are drawn element by element (shrinkable); larger ones from
+#: a drawn seed, with drawn special values at drawn positions.
+_DRAWN = 256
+
+
 def _values(draw, shape):
     size = int(np.prod(shape))
     normal = st.floats(-8, 8, allow_nan=False, width=32)
-    element = st.one_of(normal, normal, normal, st.sampled_from(_SPECIAL))
-    return np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=np.float64).reshape(shape)
+    if size <= _DRAWN:
+        element = st.one_of(normal, normal, normal, st.sampled_from(_SPECIAL))
+        return np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=np.float64).reshape(shape)
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
+    out = (rng.uniform(-8, 8, size).astype(np.float32)).astype(np.float64)
+    for at, value in draw(st.lists(st.tuples(st.integers(0, size - 1), st.sampled_from(_SPECIAL)), max_size=8)):
+        out[at] = value
+    return out.reshape(shape)
 
 
 def _layout(draw, shape, mesh):
@@ -110,13 +129,22 @@ def _layout(draw, shape, mesh):
 
 
 @st.composite
-def programs(draw, max_steps: int = 6, meshes: bool = False):
+def programs(draw, max_steps: int = 6, meshes: bool = False, odd: bool = False):
     """A random valid program (see the module docstring); with ``meshes``, its inputs are laid
     out on a random simulated mesh (1–3 axes of 2–3 devices) by random layouts, with small
-    sizes (2–6: a mesh program costs a sharding plan per op)."""
+    sizes (2–6: a mesh program costs a sharding plan per op); with ``odd``, every size is odd
+    or prime and the contraction size is one of them or a long K."""
     policy = draw(st.sampled_from(POLICIES))
-    sizes = st.sampled_from([2, 3, 4, 6]) if meshes else st.one_of(st.integers(1, 6), st.integers(30, 70))
-    m, n, k = (draw(sizes) for _ in range(3))
+    if meshes:
+        sizes = contraction = st.sampled_from([2, 3, 4, 6])
+    elif odd:
+        sizes, contraction = st.sampled_from(ODD), st.sampled_from(ODD + LONG_K)
+    else:
+        sizes = st.one_of(st.integers(1, 6), st.integers(30, 70), st.sampled_from(ODD))
+        contraction = st.one_of(sizes, sizes, sizes, st.sampled_from(LONG_K))
+    m, n, k = draw(sizes), draw(contraction), draw(sizes)  # [m, n] @ [n, k]
+    if n >= LONG_K[0]:  # a long K: short rows and columns keep the program cheap
+        m, k = min(m, 7), min(k, 7)
     shapes = draw(st.lists(st.sampled_from([(m, n), (m, n), (n, k), (n,)]), min_size=1, max_size=3))
     inputs = tuple(_values(draw, s) for s in shapes)
     mesh = tuple(draw(st.lists(st.integers(2, 3), min_size=1, max_size=3))) if meshes else ()
@@ -153,3 +181,41 @@ def programs(draw, max_steps: int = 6, meshes: bool = False):
         if out == ():
             break
     return Program(policy, inputs, tuple(steps), mesh, layouts)
+
+
+def outcome(program: Program, backend, traced: bool):
+    """The result's bytes, or the name of the TesseraError the program raised (with the message
+    of a finding of the backend's own checks: a bug, not a refusal). A BackendError refusing
+    the program is raised."""
+    inputs = program.arrays()
+    try:
+        if traced:
+            return numpy_of(jit(program, backend=backend)(*inputs)).tobytes()
+        with backends.use(backend):
+            return numpy_of(program(*inputs)).tobytes()
+    except BackendFinding as exc:
+        return f"{type(exc).__name__}: {exc.what}"
+    except BackendError:
+        raise
+    except TesseraError as exc:
+        return type(exc).__name__
+
+
+def compare(program: Program, backend, oracle: str, where: str, fuzz_dir) -> None:
+    """``program`` on ``backend`` (traced) and on ``oracle`` (traced; eagerly when ``backend``
+    is the oracle) must agree: a program the backend refuses is rejected (hypothesis draws
+    another); a disagreement is written to ``fuzz_dir/<backend>-<where>-disagreement.py`` —
+    shrunk by hypothesis, the last one written is the minimal program — and fails."""
+    from hypothesis import reject
+    try:
+        got = outcome(program, backend, traced=True)
+    except BackendError:
+        reject()
+    want = outcome(program, oracle, traced=backend != oracle)
+    if got != want:
+        fuzz_dir.mkdir(parents=True, exist_ok=True)
+        path = fuzz_dir / f"{backend}-{where}-disagreement.py"
+        path.write_text(program.script(str(backend), oracle))
+        detail = got if isinstance(got, str) else "other bits"
+        raise AssertionError(f"{backend} and {oracle} disagree on a random program ({detail}; shrunk reproducer: "
+                             f"python {path})")

@@ -19,7 +19,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--mesh-shapes", metavar="SHAPES", help="simulated meshes for mesh cases (default 1,2x2x2,4x9x2)")
     p.add_argument("--fuzz-examples", type=int, metavar="N", help="random programs per backend (default 25)")
     p.add_argument("--junit", metavar="FILE.xml", help="write JUnit XML (each case's clauses and backend as properties)")
-    p.add_argument("--report", metavar="FILE.md|FILE.html", help="write the clause x backend matrix")
+    p.add_argument("--report", metavar="FILE.md|.html|.json", help="write the clause x backend matrix")
     p.add_argument("--slow", action="store_true", help="include the exhaustive cases marked slow")
     p.add_argument("-j", "--jobs", metavar="N", help="run on N processes (pytest-xdist; 'auto' for every core)")
     return p
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     if args.jobs is not None and importlib.util.find_spec("xdist") is None:
-        print("--jobs needs pytest-xdist: python -m pip install pytest-xdist", file=sys.stderr)
+        print("--jobs needs pytest-xdist, which the conformance extra brings: python -m pip install "
+              "'tessera_ref[conformance]'", file=sys.stderr)
         return 2
     import pytest
     from tessera_conformance.plugin import CASES

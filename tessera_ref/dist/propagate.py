@@ -79,7 +79,8 @@ def _exact_partial(prim, attrs, xs, m):
     if prim.name == "sum":
         x = xs[0]
         axes = tuple(m + a for a in attrs["axis"])
-        acc = ExactAccumulator(tuple(n for i, n in enumerate(x.shape) if i not in axes)).add(x, axis=axes)
+        domain = "f64" if x.dtype == np.float64 else "f32"  # as exact_sum picks (NUM-RED-4)
+        acc = ExactAccumulator(tuple(n for i, n in enumerate(x.shape) if i not in axes), domain).add(x, axis=axes)
         if attrs.get("keepdims"):
             acc = acc.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
         return acc

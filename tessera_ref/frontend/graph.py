@@ -4,8 +4,8 @@ A :class:`GraphFunction` traces its Python function once per *signature* — the
 tensor argument (shape and policy) plus the value of every static argument (Python scalars,
 strings, ``None``) — into a module with one ``tessera.func``, runs the graph rewrites
 (:mod:`tessera_ref.ops.rewrites`), and caches the result. Calling it runs the cached module
-in the exact interpreter and returns :class:`~tessera_ref.Array` values (a tuple/list when
-the function returns one). Inside another traced function it is inlined: its ops join the
+in the exact interpreter and returns :class:`~tessera_ref.Array` values in the pytree the function returns (tuples, lists,
+dicts, NamedTuples, dataclasses: AD-1). Inside another traced function it is inlined: its ops join the
 caller's trace.
 
 ``f.inspect_ir("graph")`` prints the module of the most recent signature (after rewrites;
@@ -45,7 +45,8 @@ __all__ = ["GraphFunction", "module", "jit", "TracedModule", "RESIDENT"]
 RESIDENT: list = []
 
 class TracedModule:
-    """One cached trace: the module as recorded and after the rewrites, and the report."""
+    """One cached trace: the module as recorded and after the rewrites, the report, and the
+    pytree structure of the function's result (its leaves are the module's results)."""
 
     def __init__(self, traced: Module, optimized: Module, report, structure):
         self.traced = traced
@@ -149,8 +150,7 @@ class GraphFunction:
         mesh = next((t.mesh for t in tensors if _is_dist(t)), None)
         with trace, planning_on(mesh):
             out = self.fn(*call_args)
-        structure = type(out) if isinstance(out, (tuple, list)) else None
-        results = list(out) if structure else [out]
+        results, structure = flatten(out)
         module = trace.finish(results)
         verify(module)
         sharded = any(_is_dist(t) for t in tensors)
@@ -177,9 +177,7 @@ class GraphFunction:
             values = backend.run_function(entry.func, [t if isinstance(t, resident) else t.data for t in present])
             results = [v if isinstance(v, resident) else Array(v, r.type)
                        for v, r in zip(values, entry.func.regions[0].blocks[0].last_op.operands)]
-        if entry.structure is None:
-            return results[0]
-        return entry.structure(results)
+        return entry.structure.unflatten(results)
 
     def inspect_ir(self, level: str = "graph", *, optimized: bool = True) -> str:
         """The IR text of the most recent trace at ``level``.

@@ -56,27 +56,31 @@ _END = object()
 LEAF = TreeDef("leaf")
 
 
-def flatten(tree) -> tuple[list, TreeDef]:
-    """The leaves of ``tree`` in order and its structure."""
+def flatten(tree, is_leaf=None) -> tuple[list, TreeDef]:
+    """The leaves of ``tree`` in order and its structure; ``is_leaf(x)`` true makes ``x`` a
+    leaf even if it is a container (a checkpoint keeps an RNG key, a dataclass, whole)."""
     leaves: list = []
-    return leaves, _flatten(tree, leaves)
+    return leaves, _flatten(tree, leaves, is_leaf)
 
 
-def _flatten(tree, leaves: list) -> TreeDef:
+def _flatten(tree, leaves: list, is_leaf=None) -> TreeDef:
+    if is_leaf is not None and is_leaf(tree):
+        leaves.append(tree)
+        return LEAF
     if isinstance(tree, dict):
         try:
             keys = tuple(sorted(tree))
         except TypeError:
             raise AutodiffError(f"a dict of the pytree has keys that cannot be sorted together ({list(tree)!r})",
                                 fix="use keys of one type (all str, or all int)") from None
-        return TreeDef(dict, keys, tuple(_flatten(tree[k], leaves) for k in keys))
+        return TreeDef(dict, keys, tuple(_flatten(tree[k], leaves, is_leaf) for k in keys))
     if type(tree) in (tuple, list) or (isinstance(tree, tuple) and hasattr(type(tree), "_fields")):
-        return TreeDef(type(tree), (), tuple(_flatten(x, leaves) for x in tree))
+        return TreeDef(type(tree), (), tuple(_flatten(x, leaves, is_leaf) for x in tree))
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
         names = tuple(f.name for f in dataclasses.fields(tree) if f.init)
         if not names:
             raise AutodiffError(f"the dataclass {type(tree).__name__} of the pytree has no fields its __init__ "
                                 "takes", fix="pass its tensors as fields, or as separate arguments")
-        return TreeDef(type(tree), names, tuple(_flatten(getattr(tree, n), leaves) for n in names))
+        return TreeDef(type(tree), names, tuple(_flatten(getattr(tree, n), leaves, is_leaf) for n in names))
     leaves.append(tree)
     return LEAF

@@ -80,8 +80,20 @@ def _softmax_100():
 
 
 @functools.lru_cache(maxsize=None)
+def _matmul_odd_k():
+    """[3, 67] @ [67, 5]: K = 67 is prime, so each K tile is one column of A, a [3, 1] box."""
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((3, 67)).astype(np.float32), rng.standard_normal((67, 5)).astype(np.float32)
+    program = lower(t.jit(lambda p, q: op.matmul(p, q)).trace(a, b))
+    with backends.use("interp"):
+        want, _ = program.run(a, b)
+    return program, [a, b], want
+
+
+@functools.lru_cache(maxsize=None)
 def _program(name):
     special = {"matmul_tc": _tc_program, "softmax_100": _softmax_100, "gemm_tc_fp8_structure": _fp8_structure,
+               "matmul_odd_k": _matmul_odd_k,
                "matmul_tc_fp8": lambda: _tc_program("fp8_e4m3", ml_dtypes.float8_e4m3fn, "tc:sm90")}
     return special[name]() if name in special else on_the_interpreter(name, 5)
 
@@ -106,6 +118,7 @@ def _line_of(text, pattern, n=0):
 
 BARRIER = r"__syncthreads\(\);"
 K_LOOP = r"for \(int k = 0; k < (\d+); \+\+k\) \{"
+ODD_K_COPY = r"(tsr_cp_async<4>\(&v\d+\[v\d+_off \+ \(j\) \* 1 \+ )\(0\)( \* 1\], &A\[v\d+_off \+ \(j\) \* 67 \+ )\(0\)"
 
 #: name -> (program, plant, (pattern, occurrence) of the line a finding names: the planted line, or
 #: for an off-by-one bound the access it lets through)
@@ -130,6 +143,10 @@ MUTANTS = {
                                               (r"tsr_mma_m16n8k32", 0)),
     "barrier in a divergent branch": ("matmul_f32", _nth(BARRIER, "if (threadIdx.x < 64) __syncthreads();"),
                                       (BARRIER, 0)),
+    # the renderer once indexed element j of a [rows, 1] box at [j, j]: rows of a K tile of one
+    # column landed in the wrong slots (one in the other stage's buffer) and were read from past A's row
+    "[j, j] for [j, 0] in a one-column copy": ("matmul_odd_k", _nth(ODD_K_COPY, r"\1(j)\2(j)", 1),
+                                                (ODD_K_COPY, 1)),
 }
 
 
@@ -196,7 +213,8 @@ def test_a_wrong_fp8_structure_in_the_twin_is_caught(name):
     assert not np.array_equal(bits(got[0]), bits(want[0])), name
 
 
-@pytest.mark.parametrize("name", ["matmul_f32", "attention", "softmax_100", "matmul_tc", "gemm_tc_fp8_structure"])
+@pytest.mark.parametrize("name", ["matmul_f32", "attention", "softmax_100", "matmul_tc", "gemm_tc_fp8_structure",
+                                  "matmul_odd_k"])
 def test_unplanted_kernels_pass_under_every_combination(name):
     program, inputs, want = _program(name)
     for schedule, cp_async in COMBOS:

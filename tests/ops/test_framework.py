@@ -180,6 +180,25 @@ def test_jit_traces_once_per_signature_and_matches_eager():
     assert not np.array_equal(bits(r2[0]), bits(eager))
 
 
+def test_jit_returns_the_pytree_the_function_returns():
+    """GRAPH-TRACE-1: the result's leaves are the module's results, rebuilt into its structure."""
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        lo: object
+        hi: object
+
+    @tr.jit
+    def f(a, b):
+        return {"sum": a + b, "pair": Pair(op.minimum(a, b), op.maximum(a, b)), "none": ()}, [a * b]
+
+    a, b = np.float32([1, -2]), np.float32([3, -4])
+    out, (prod,) = f(a, b)
+    assert sorted(out) == ["none", "pair", "sum"] and out["none"] == () and isinstance(out["pair"], Pair)
+    assert np.array_equal(bits(out["pair"].hi), bits(np.float32([3, -2]))) and np.array_equal(bits(prod), bits(a * b))
+    assert len(f.cache[next(iter(f.cache))].func.regions[0].blocks[0].last_op.operands) == 4
+
+
 def test_traced_module_round_trips_and_reruns_identically():
     @tr.graph.module("blend")
     def blend(a, b):

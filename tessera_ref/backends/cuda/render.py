@@ -305,6 +305,18 @@ class _View:
         return f"{self.ptr}[{flat}]"
 
 
+def _unflatten(flat: str, shape) -> list:
+    """The index expressions of the row-major element ``flat`` of a box of ``shape``: once
+    the extents after an axis multiply to 1, that axis takes all of ``flat`` and every later
+    one is 0 (a box ``[3, 1]`` is element ``j`` at ``[j, 0]``, not ``[j, j]``)."""
+    idx, rest = [], flat
+    for i in range(len(shape)):
+        inner = math.prod(shape[i + 1:])
+        idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
+        rest = f"({rest}) % {inner}" if inner > 1 else "0"
+    return idx
+
+
 def _plus(origin: str, offset: int) -> str:
     return str(offset) if origin == "0" else f"{origin} + {offset}"
 
@@ -572,13 +584,8 @@ class _Emitter:
         """``body(index exprs)`` for every element of ``view``'s box, block-strided."""
         n = math.prod(view.shape)
         self.emit(f"for ({self.idx} j = threadIdx.x; j < {n}; j += {lanes_expr}) {{")
-        idx, rest = [], "j"
-        for i, d in enumerate(view.shape):
-            inner = math.prod(view.shape[i + 1:])
-            idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
-            rest = f"({rest}) % {inner}" if inner > 1 else rest
         self.indent += 1
-        body(idx)
+        body(_unflatten("j", view.shape))
         self.indent -= 1
         self.emit("}")
 
@@ -616,11 +623,7 @@ class _Emitter:
                 self.emit(f"  if (j >= {pieces}) break;")
         else:
             self.emit(f"for ({self.idx} j = threadIdx.x; j < {pieces}; j += blockDim.x) {{")
-        idx, rest = [], f"j * {per}" if per > 1 else "j"
-        for i in range(len(src.shape)):
-            inner = math.prod(src.shape[i + 1:])
-            idx.append(f"({rest}) / {inner}" if inner > 1 else rest)
-            rest = f"({rest}) % {inner}" if inner > 1 else rest
+        idx = _unflatten(f"j * {per}" if per > 1 else "j", src.shape)
         self.indent += 1
         self.emit(f"tsr_cp_async<{nbytes}>(&{dst.at(idx[::-1] if flip else idx)}, &{src.at(idx)});")
         self.indent -= 1

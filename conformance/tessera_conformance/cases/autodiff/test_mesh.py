@@ -15,7 +15,7 @@ from tessera_ref import dist, op
 from tessera_ref.autodiff import communication_plan
 from tessera_ref.errors import TraceError
 from tessera_ref.numerics import Policy
-from tessera_conformance import assert_bits, assert_close, clause, eager
+from tessera_conformance import assert_bits, assert_close, clause, eager, unsupported
 
 from ._reference import exact_inner, ints, same_as_oracle
 
@@ -98,7 +98,7 @@ def _grad_on_mesh(backend, f, *args, argnums=(0, 1)):
         with tr.backends.use(backend):
             return tr.grad(f, argnums=argnums)(*args)
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
 
 
 @clause("AD-MESH-1")
@@ -139,7 +139,7 @@ def test_data_parallel_gradient_is_all_reduced_over_dp(backend):
             line = inspect.currentframe().f_lineno + 1
             gW = g(W)  # the line the all-reduce names
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
     calls, _ = _plan(g)
     assert calls == [("all_reduce", "dp")]
     text = communication_plan(g)
@@ -162,7 +162,7 @@ def test_closures_over_distributed_tensors_are_captured(backend):
         with tr.backends.use(backend):
             gW = g(W)
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
     params = re.findall(r"%\d+: (tensor<[^>]*>>)", re.search(r"\^bb0\((.*?)\):", g.inspect_ir()).group(1))
     assert params == ["tensor<6x9xf32, #shard<[*, tp]>>", "tensor<4x6xf32, #shard<[dp, *]>>"]
     assert not re.search(r"constant.*-> tensor<4x6xf32", g.inspect_ir())
@@ -176,7 +176,7 @@ def _vjp_on_mesh(backend, fn, x, ct):
             out, pullback = tr.vjp(fn, x)
             (g,) = pullback(ct(out) if callable(ct) else ct)
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
     return out, pullback, g
 
 
@@ -185,7 +185,7 @@ def _jvp_on_mesh(backend, fn, x, v):
         with tr.backends.use(backend):
             return tr.jvp(fn, (x,), (v,))
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
 
 
 COLL = [  # (label, forward, operand kind, cotangent kind, backward collectives, local slices)
@@ -335,7 +335,7 @@ def test_communication_plan_of_seed_004_on_abstract_tensors(backend, dims):
         with tr.backends.use(backend):
             gW = g(W)
     except tr.errors.BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
     assert all(gW[i][k].type == W[i][k].type for i in range(2) for k in ("up", "down"))
     calls, per_axis = _expected_plan(*dims)
     text = communication_plan(g)

@@ -5,10 +5,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tessera_ref import backends, dist
+from tessera_ref import dist
 from tessera_ref.errors import BackendError, CollectiveWarning
 from tessera_ref.numerics import as_policy
-from tessera_conformance import assert_bits, clause, eager
+from tessera_conformance import assert_bits, clause, communicator, eager, unsupported
 
 from ..mesh._reference import fold
 from ._reference import Spy, wide
@@ -18,14 +18,14 @@ MESH = dist.Mesh(("dp", "tp", "pp"), range(12), (2, 3, 2))
 
 
 def _comm(backend):
-    return backends.get(backend).communicator(MESH)
+    return communicator(backend, MESH)
 
 
-def _call(fn):
+def _call(backend, fn):
     try:
         return fn()
     except BackendError as exc:
-        pytest.skip(f"unsupported: {exc.what}")
+        unsupported(backend, exc)
 
 
 def _stacked(seed, local=(4, 5)):
@@ -59,7 +59,7 @@ def test_reduce_folds_in_rank_order(backend, axes, op_, local):
     x = _stacked(170, local)
     if op_ == "prod":
         x = np.float32(1) + x / np.float32(2.0 ** 23)
-    got = _call(lambda: _comm(backend).reduce(x, axes, op_, as_policy("f32")))
+    got = _call(backend, lambda: _comm(backend).reduce(x, axes, op_, as_policy("f32")))
     ranks, positions = _ranks(x, axes)
     want = fold(list(ranks), op_)
     assert_bits(np.asarray(got), np.expand_dims(want, tuple(positions)))
@@ -69,7 +69,7 @@ def test_reduce_folds_in_rank_order(backend, axes, op_, local):
 def test_reduce_of_bf16_rounds_once(backend):
     """bf16 storage: folded in f32, converted once."""
     x = _stacked(171).astype(ml_dtypes.bfloat16)
-    got = _call(lambda: _comm(backend).reduce(x, ("tp", "pp"), "sum", as_policy("bf16")))
+    got = _call(backend, lambda: _comm(backend).reduce(x, ("tp", "pp"), "sum", as_policy("bf16")))
     ranks, positions = _ranks(x, ("tp", "pp"))
     assert_bits(np.asarray(got), np.expand_dims(fold(list(ranks), storage=ml_dtypes.bfloat16), tuple(positions)))
 
@@ -85,14 +85,14 @@ def test_movement(backend, axis):
     i = MESH.axis_index(axis)
     p = MESH.shape[i]
     gathered = np.expand_dims(np.concatenate([np.take(x, r, axis=i) for r in range(p)], axis=MESH.ndim - 1 + 1), i)
-    assert_bits(np.asarray(_call(lambda: comm.all_gather(x, axis, 1))), gathered)
-    assert_bits(np.asarray(_call(lambda: comm.broadcast(x, axis, p - 1))), np.take(x, [p - 1], axis=i))
+    assert_bits(np.asarray(_call(backend, lambda: comm.all_gather(x, axis, 1))), gathered)
+    assert_bits(np.asarray(_call(backend, lambda: comm.broadcast(x, axis, p - 1))), np.take(x, [p - 1], axis=i))
     pairs = [(0, p - 1)]
     want = np.zeros_like(x)
     np.moveaxis(want, i, 0)[p - 1] = np.moveaxis(x, i, 0)[0]
-    assert_bits(np.asarray(_call(lambda: comm.permute(x, axis, pairs))), want)
-    posted = _call(lambda: comm.send(x, MESH, 0))
-    assert_bits(np.asarray(_call(lambda: comm.recv(posted, MESH, 0))), x)
+    assert_bits(np.asarray(_call(backend, lambda: comm.permute(x, axis, pairs))), want)
+    posted = _call(backend, lambda: comm.send(x, MESH, 0))
+    assert_bits(np.asarray(_call(backend, lambda: comm.recv(posted, MESH, 0))), x)
 
 
 @pytest.mark.parametrize("kind, expect", [
@@ -137,3 +137,18 @@ def test_the_semantics_are_dists_on_every_backend(backend):
         got = eager(spy, lambda: dist.all_reduce(replicated, "tp"))
     assert_bits(got, g)
     assert spy.counts["reduce"] == 0
+
+
+@pytest.mark.parametrize("axis", ["tp", "dp"])
+@clause("BACKEND-COMM-1", "MESH-COLL-2")
+def test_reduce_scatter_pads_the_last_blocks_with_zeros(backend, axis):
+    """``reduce_scatter`` of a dimension ``p`` does not divide: each device keeps its block of
+    ``ceil(n/p)`` rows of the rank-order fold; the rows past the end are +0 (bits 0)."""
+    x = _stacked(175, (7, 3))
+    got = np.asarray(_call(backend, lambda: _comm(backend).reduce_scatter(x, axis, 0, "sum", as_policy("f32"))))
+    i, p = MESH.axis_index(axis), MESH.shape[MESH.axis_index(axis)]
+    folded = fold(list(_ranks(x, (axis,))[0]))  # [the other mesh axes..., 7, 3]
+    block = -(-7 // p)
+    padded = np.concatenate([folded, np.zeros(folded.shape[:-2] + (block * p - 7, 3), np.float32)], axis=-2)
+    want = np.moveaxis(padded.reshape(folded.shape[:-2] + (p, block, 3)), -3, i)
+    assert_bits(got, want, f"the blocks over {axis} (padding rows +0)")

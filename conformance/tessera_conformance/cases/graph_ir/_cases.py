@@ -5,13 +5,12 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
-import pytest
 
 import tessera_ref as tr
 from tessera_ref import backends
 from tessera_ref.errors import BackendError
 from tessera_ref.ir import parse_module, verify
-from tessera_conformance import ORACLE, assert_bits, eager, numpy_of, run
+from tessera_conformance import ORACLE, assert_bits, eager, numpy_of, run, unsupported
 
 from ._formats import FORMATS, round_values, values_of
 
@@ -82,7 +81,7 @@ def skip_unsupported(backend):
     try:
         yield
     except BackendError as exc:
-        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
 
 
 def run_text(backend, text: str, *args):
@@ -93,7 +92,7 @@ def run_text(backend, text: str, *args):
     try:
         return numpy_of(backends.get(backend).run_function(module.body.first_op, list(args)))
     except BackendError as exc:
-        pytest.skip(f"unsupported: {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
 
 
 class _Jitted:

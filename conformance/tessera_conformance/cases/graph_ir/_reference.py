@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import reduce
 
 import numpy as np
 
 from . import _xmath as X
 from ._formats import round_values, values_of
 
-__all__ = ["acc", "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum", "lane_sum",
-           "lane_mean", "dot", "matmul", "to_storage", "exp_A", "rsqrt_A", "math_op",
+__all__ = ["acc", "add", "sub", "mul", "div", "sqrt", "fma", "maximum", "minimum", "max_along", "min_along",
+           "lane_sum", "lane_mean", "dot", "matmul", "to_storage", "exp_A", "rsqrt_A", "math_op",
            "philox", "key_words", "fold", "random_bits", "uniform32", "uniform64", "normal", "poisson",
            "softmax", "layernorm", "rmsnorm", "flash_attention", "conv2d", "cholesky", "svd", "spmm",
            "fft", "ifft", "exact_sum"]
@@ -108,12 +107,19 @@ def lane_sum(A, x, axis=-1):
     x = np.concatenate([x, np.full(x.shape[:-1] + (pad,), -0.0)], axis=-1)
     chunks = x.reshape(x.shape[:-1] + (-1, 32))
     lanes = np.full(x.shape[:-1] + (32,), -0.0)
-    for j in range(chunks.shape[-2]):
-        lanes = add(A, lanes, chunks[..., j, :])
-    idx = np.arange(32)
-    for off in (16, 8, 4, 2, 1):
-        lanes = add(A, lanes, lanes[..., idx ^ off])
-    return lanes[..., 0]
+    step = add
+    with np.errstate(all="ignore"):
+        if A == "f32" and np.array_equal(x.astype(np.float32), x, equal_nan=True):
+            # the terms are binary32 numbers: one correctly rounded binary32 addition a step is
+            # NumPy's float32 add (the same bits as add's f64 sum rounded once; long rows are fast)
+            chunks, lanes = chunks.astype(np.float32), lanes.astype(np.float32)
+            step = lambda _, a, b: a + b  # noqa: E731
+        for j in range(chunks.shape[-2]):
+            lanes = step(A, lanes, chunks[..., j, :])
+        idx = np.arange(32)
+        for off in (16, 8, 4, 2, 1):
+            lanes = step(A, lanes, lanes[..., idx ^ off])
+    return acc(lanes[..., 0].astype(np.float64), A)
 
 
 def lane_mean(A, x, axis=-1):
@@ -279,12 +285,31 @@ def poisson(words, i: int, lam: float) -> int:
 # ---------------------------------------------------------------------------------------
 # neural-network ops (GRAPH-SOFTMAX-1 … GRAPH-CONV2D-1)
 
-def _max_ax(x, axis):
-    return reduce(maximum, np.moveaxis(x, axis, 0), np.full(np.delete(x.shape, axis % x.ndim), -np.inf))
+def _extreme(fn, x, axis, identity):
+    """``fn`` (:func:`maximum` or :func:`minimum`: associative and commutative, NaN and ±0
+    included, so any order gives the same value) over ``axis``, by halving."""
+    x = np.moveaxis(np.asarray(x, np.float64), axis, 0)
+    if not x.shape[0]:
+        return np.full(x.shape[1:], identity)
+    while x.shape[0] > 1:
+        if x.shape[0] % 2:
+            x = np.concatenate([x, np.full((1,) + x.shape[1:], identity)])
+        x = fn(x[: x.shape[0] // 2], x[x.shape[0] // 2:])
+    return x[0]
+
+
+def max_along(x, axis=-1):
+    """GRAPH-MAX-1: IEEE 754-2019 maximum over ``axis`` (NaN if any term is; −0 < +0; −inf if empty)."""
+    return _extreme(maximum, x, axis, -np.inf)
+
+
+def min_along(x, axis=-1):
+    """GRAPH-MIN-1: minimum over ``axis`` (NaN if any term is; −0 < +0; +inf if empty)."""
+    return _extreme(minimum, x, axis, np.inf)
 
 
 def softmax(A, x, axis=-1):
-    m = np.expand_dims(_max_ax(x, axis), axis)
+    m = np.expand_dims(max_along(x, axis), axis)
     e = exp_A(A, sub(A, x, m))
     s = np.expand_dims(lane_sum(A, e, axis), axis)
     return div(A, e, s)
@@ -343,7 +368,7 @@ def flash_attention(A, q, k, v, causal=False, scale=None, block_k=64):
         s = mul(A, dot(A, q[..., :, None, :], k[..., None, t, :]), sigma)
         if causal:
             s = np.where(t[None, :] > rows + (Sk - Sq), -np.inf, s)
-        m_new = maximum(m, _max_ax(s, -1))
+        m_new = maximum(m, max_along(s, -1))
         m_t = np.where(m_new == -np.inf, 0.0, m_new)
         p = exp_A(A, sub(A, s, m_t[..., None]))
         alpha = exp_A(A, sub(A, m, m_t))

@@ -10,12 +10,15 @@ import tessera_ref as tr
 from tessera_ref import op
 from tessera_ref.errors import DTypeError, TesseraError
 from tessera_ref.ir import parse_module, verify
-from tessera_conformance import assert_bits, clause, run
+from tessera_conformance import assert_bits, clause, oracle_only, run
 
 from . import _reference as R
 from . import _xmath as X
 from ._cases import check, jit, operand, policy, run_text, values
 from ._formats import from_codes, round_values
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the Graph IR text parser is the library's (tessera_ref.ir); no backend parses text")
 
 
 def _attribute_names(line: str) -> list:
@@ -89,6 +92,7 @@ def test_print_parse_print_is_identical_and_reruns(backend):
     assert_bits(got, [np.asarray(w) for w in want])
 
 
+@LIBRARY
 @clause("GRAPH-IR-1")
 def test_parse_errors_name_the_position(backend):
     """A parse error names file:line:column and shows the line with a caret under the column."""

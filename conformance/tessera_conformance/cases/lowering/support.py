@@ -11,8 +11,7 @@ from tessera_ref.ir import parse_module
 from tessera_ref import backends, jit
 from tessera_ref.errors import BackendError
 from tessera_ref.ir import schedule as S
-from tessera_conformance import ORACLE, run
-from tessera_conformance.harness import UNSUPPORTED
+from tessera_conformance import ORACLE, run, unsupported
 
 from ..tiles.support import dtype, findings, launch_module
 
@@ -30,7 +29,7 @@ def lowered(backend, fn, *args, directives=None, checks=True, counters=True):
             program = backends.current().lower(graph_of(fn, *args), directives)
             got, reports = program.run(*args, checks=checks, counters=counters)
     except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
     return [np.asarray(g) for g in got], reports, program
 
 
@@ -40,7 +39,7 @@ def lower_only(backend, fn, *args, directives=None):
         with backends.use(backend):
             return backends.current().lower(graph_of(fn, *args), directives)
     except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
 
 
 def run_program(backend, program, *args, checks=True):
@@ -49,7 +48,7 @@ def run_program(backend, program, *args, checks=True):
         with backends.use(backend):
             got, reports = program.run(*args, checks=checks)
     except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
     return [np.asarray(g) for g in got], reports
 
 

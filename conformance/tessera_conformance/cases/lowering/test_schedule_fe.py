@@ -10,8 +10,7 @@ from tessera_ref import backends, op, schedule, tile
 from tessera_ref.errors import BackendError, KernelError, LoweringError, OpError, TraceError
 from tessera_ref.ir import parse_module
 from tessera_ref.ir import schedule as S
-from tessera_conformance import ORACLE, assert_bits, clause, run
-from tessera_conformance.harness import UNSUPPORTED
+from tessera_conformance import ORACLE, assert_bits, clause, run, unsupported
 
 from ..tiles.support import fma_chain, line_of
 from .support import findings, sixteenths
@@ -32,7 +31,7 @@ def call(backend, f, *args, **kw):
         with backends.use(backend):
             return f(*args, **kw)
     except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
 
 
 def scheduled(text) -> dict:
@@ -253,7 +252,7 @@ def _jitted(backend, fn, *args):
     try:
         g(*args)
     except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the program: {exc.what}")
+        unsupported(backend, exc)
     return g
 
 

@@ -8,9 +8,12 @@ from tessera_ref import dist, jit, op
 from tessera_ref.errors import LayoutError, MeshError
 from tessera_ref.ir import ShardLayout, parse_module, parse_type
 from tessera_ref.ir.errors import IRError, IRParseError
-from tessera_conformance import assert_bits, clause, eager, not_applicable
+from tessera_conformance import assert_bits, clause, eager, not_applicable, oracle_only
 
 from ._reference import AXES, expected_shard, fold, mesh_of
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("layouts, their text and ShardSpec are dist's (MESH-LAYOUT); no backend takes part")
 
 S = dist.ShardSpec
 
@@ -25,6 +28,7 @@ def _layout_texts(axes: tuple) -> list:
     return texts
 
 
+@LIBRARY
 @pytest.mark.parametrize("text", [
     "tensor<1024x1024xbf16, #shard<[*, *], partial(tp)>>",
     "tensor<576x1152xf32, #shard<[dp, tp]>>",
@@ -41,6 +45,7 @@ def test_print_parse_round_trip(backend, text):
     assert str(t) == text and parse_type(str(t)) == t
 
 
+@LIBRARY
 @clause("MESH-LAYOUT-1")
 def test_text_meaning(backend):
     """Entries list the splitting axes major first; partial names the pending op; padded."""
@@ -55,6 +60,7 @@ def test_text_meaning(backend):
         parse_type("tensor<8x8xf32, #shard<[tp, *], partial(tp)>>")
 
 
+@LIBRARY
 @pytest.mark.parametrize("text, marker", [
     ("tensor<8x8xf32, #shard<[tp, *], sharded>>", "sharded"),
     ("tensor<8x8xf32, #shard<tp, *>>", "tp, *>"),
@@ -135,6 +141,7 @@ def test_traced_ir_carries_the_layouts(backend, mesh_shape):
 
 # -- ShardSpec (MESH-SPEC-1) ------------------------------------------------------------------------
 
+@LIBRARY
 @pytest.mark.parametrize("spec, rank, text", [
     (S(("row",), ("dp", "tp"), reduce="sum"), 2, "#shard<[dp, *], partial(tp)>"),
     (S(None, ("tp",), reduce="sum"), 2, "#shard<[*, *], partial(tp)>"),
@@ -153,6 +160,7 @@ def test_shardspec_spells_a_layout(backend, spec, rank, text):
     assert str(spec.layout(rank)) == text
 
 
+@LIBRARY
 @pytest.mark.parametrize("make", [
     lambda: S(("row",), ("tp",), replicate=True),           # partition and replicate
     lambda: S(("row", "col"), ("tp",)),                     # fewer axes than dimensions
@@ -171,6 +179,7 @@ def test_shardspec_mistakes_are_layout_errors(backend, make):
     assert info.value.fix
 
 
+@LIBRARY
 @clause("MESH-SPEC-1")
 def test_axis_not_in_the_mesh_is_a_mesh_error(backend, mesh_shape):
     """An axis not in the mesh is a MeshError when the tensor is made."""
@@ -202,6 +211,7 @@ def test_pending_spec_over_all_axes_folds(backend, mesh_shape):
 
 # -- partition names (MESH-SPEC-2) -----------------------------------------------------------------
 
+@LIBRARY
 @pytest.mark.parametrize("rank, table", [
     (1, {"batch": 0, "row": 0, "col": None, "channel": None}),
     (2, {"batch": 0, "row": 0, "col": 1, "channel": 1}),
@@ -220,6 +230,7 @@ def test_partition_names(backend, rank, table):
         assert spec.layout(rank).dims == tuple(("tp",) if d == dim else () for d in range(rank))
 
 
+@LIBRARY
 @clause("MESH-SPEC-2")
 def test_partition_names_split_the_data(backend, mesh_shape):
     """``col`` of a rank-3 tensor splits its last dimension: the blocks say so."""

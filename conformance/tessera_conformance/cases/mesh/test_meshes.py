@@ -6,11 +6,15 @@ import pytest
 
 from tessera_ref import dist
 from tessera_ref.errors import MeshError
-from tessera_conformance import assert_bits, clause, eager, not_applicable
+from tessera_conformance import assert_bits, clause, eager, not_applicable, oracle_only
 
 from ._reference import AXES, coords_of, default_shape_rule, flat_of, fold, groups_of, mesh_of
 
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("meshes, their device numbering and default shapes are dist's; no backend takes part")
 
+
+@LIBRARY
 @clause("MESH-1")
 def test_devices_are_numbered_row_major(backend, mesh_shape):
     """Device names, coordinates and equality follow the row-major numbering."""
@@ -27,6 +31,7 @@ def test_devices_are_numbered_row_major(backend, mesh_shape):
     assert mesh != dist.Mesh(tuple(a + "2" for a in axes), range(mesh.size), mesh_shape)
 
 
+@LIBRARY
 @clause("MESH-1")
 def test_sub_mesh_keeps_the_other_axes_in_order(backend, mesh_shape):
     """``mesh.sub(a=c)`` holds the devices with that coordinate over the remaining axes."""
@@ -59,6 +64,7 @@ def test_groups_and_rank_order(backend, mesh_shape):
     assert_bits(got, fold(c))  # ascending device index, not the listed axis order
 
 
+@LIBRARY
 @pytest.mark.parametrize("make, needle", [
     (lambda m: m.axis_size("ep"), "'ep'"),
     (lambda m: dist.Mesh(m.axes, range(m.size + 1), m.shape), None),
@@ -79,6 +85,7 @@ def test_mistakes_are_mesh_errors_with_a_fix(backend, mesh_shape, make, needle):
         assert needle in str(info.value)
 
 
+@LIBRARY
 @pytest.mark.parametrize("n, axes, shape", [
     (8, ("tp", "dp"), (2, 4)),
     (72, ("tp", "pp", "dp"), (4, 2, 9)),
@@ -98,6 +105,7 @@ def test_default_shape_table(backend, n, axes, shape):
         assert repr(mesh) == "Mesh(tp=2, dp=4; 8 devices cuda:0..cuda:7)"
 
 
+@LIBRARY
 @clause("MESH-1.2")
 def test_default_shape_follows_the_integer_rule(backend):
     """Every device count up to 130 over one to four axes follows the factor-dealing rule."""

@@ -276,3 +276,28 @@ def test_exact_reduce_scatter(backend, mesh_shape):
     x = dist.from_shards([c[mesh.coords(d)[axis]] for d in range(mesh.size)], S(None, (axis,), reduce="sum"),
                          mesh, dtype=EXACT)
     assert_bits(eager(backend, lambda: dist.reduce_scatter(x, axis, dim=0)), exact_sum_f32(c))
+
+
+@clause("MESH-COLL-2")
+def test_reduce_scatter_pads_an_uneven_dimension_with_zeros(backend, mesh_shape):
+    """A padded pending sum whose dimension the axis does not divide: each device holds
+    ``ceil(n/p)`` rows, the rows past the end +0 (bits 0); the global value drops them."""
+    mesh = mesh_of(mesh_shape)
+    axes = AXES[:len(mesh_shape)]
+    axis = largest_axis(mesh_shape)
+    p = mesh.axis_size(axis)
+    if p == 1:
+        not_applicable("a one-device axis splits nothing")
+    rows = 2 * p + 1
+    g = cancelling(np.random.default_rng(20), 1, (rows, 3))[0]
+    x = dist.tensor(g.shape, S(None, (axis,), reduce="sum", pad=True), mesh, data=g)
+    shards = {}
+
+    def go():
+        y = dist.reduce_scatter(x, axis, dim=0)
+        shards.update({d: y.shard(d) for d in range(mesh.size)})
+        return y
+
+    assert_bits(eager(backend, go), g)
+    for d in range(mesh.size):
+        assert_bits(shards[d], expected_shard(g, ((axis,), ()), axes, mesh_shape, d, padded=True), f"device {d}")

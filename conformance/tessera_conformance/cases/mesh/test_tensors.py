@@ -7,9 +7,12 @@ import pytest
 
 from tessera_ref import dist, op
 from tessera_ref.errors import AbstractValueError, CollectiveError, LayoutError
-from tessera_conformance import assert_bits, clause, eager, not_applicable
+from tessera_conformance import assert_bits, clause, eager, not_applicable, oracle_only
 
 from ._reference import AXES, BF16, expected_shard, mesh_of, wide
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("building and splitting a DistTensor is dist's; no backend takes part")
 
 S = dist.ShardSpec
 IDENTITY = {"sum": np.float32(-0.0), "max": np.float32(-np.inf), "min": np.float32(np.inf), "prod": np.float32(1.0)}
@@ -40,6 +43,7 @@ def test_data_is_converted_then_split(backend, mesh_shape, dtype):
     assert_bits(eager(backend, t.numpy), want)
 
 
+@LIBRARY
 @clause("MESH-TENSOR-1")
 def test_replicated_values_are_stored_once(backend, mesh_shape):
     """Local values are stacked: size 1 along every mesh axis the tensor does not vary over."""
@@ -103,6 +107,7 @@ def test_from_shards_by_index_and_by_name(backend, mesh_shape):
     assert_bits(eager(backend, u.numpy), want)
 
 
+@LIBRARY
 @clause("MESH-TENSOR-1")
 def test_from_shards_disagreements_are_collective_errors(backend, mesh_shape):
     """Shapes that differ, or replicated devices that differ (even −0 against +0), are
@@ -123,6 +128,7 @@ def test_from_shards_disagreements_are_collective_errors(backend, mesh_shape):
 
 # -- MESH-TENSOR-2 ---------------------------------------------------------------------------------
 
+@LIBRARY
 @clause("MESH-TENSOR-2")
 def test_uneven_split_needs_pad(backend, mesh_shape):
     """``p`` not dividing ``n`` is a LayoutError whose fix names ``pad=True`` and the block size."""
@@ -157,6 +163,7 @@ def test_padded_blocks_hold_their_slice_and_positive_zeros(backend, mesh_shape):
         assert_bits(eager(backend, t.numpy), x)
 
 
+@LIBRARY
 @clause("MESH-TENSOR-2")
 def test_uneven_split_over_several_axes_is_an_error(backend, mesh_shape):
     """Padding applies to a dimension split over one axis only."""
@@ -186,6 +193,7 @@ def test_abstract_tensors_have_bytes_but_no_values(backend, mesh_shape, dtype, b
             eager(backend, what)
 
 
+@LIBRARY
 @clause("MESH-TENSOR-2")
 def test_the_seeds_examples(backend):
     """Seed 000 §3.3 and seed 002's 2 TB weight: the bytes per device the clause gives."""

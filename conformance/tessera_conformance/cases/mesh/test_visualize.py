@@ -6,11 +6,15 @@ import pytest
 
 from tessera_ref import dist
 from tessera_ref.errors import LayoutError
-from tessera_conformance import clause
+from tessera_conformance import clause, oracle_only
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the picture of a layout is dist's; no backend takes part")
 
 S = dist.ShardSpec
 
 
+@LIBRARY
 @clause("MESH-VIS-1")
 def test_the_grid_of_a_2d_tensor_over_two_axes(backend):
     mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
@@ -27,6 +31,7 @@ def test_the_grid_of_a_2d_tensor_over_two_axes(backend):
     assert np.array_equal(t.shard("cuda:2"), data[0:2]) and np.array_equal(t.shard("cuda:3"), data[2:4])
 
 
+@LIBRARY
 @clause("MESH-VIS-1")
 def test_other_ranks_are_a_layout_error(backend):
     with pytest.raises(LayoutError):

@@ -3,16 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tessera_conformance import ORACLE, not_applicable
-
-__all__ = ["oracle_only", "sample", "as_f32", "f64_bits", "same_values", "fp8_structure_rows"]
-
-
-def oracle_only(backend, what: str) -> None:
-    """Skip as n/a on every backend but the oracle: ``what`` is a library function of the
-    oracle's numerics (no backend executes it), checked here against the case's reference."""
-    if backend != ORACLE:
-        not_applicable(f"{what} has no backend entry point; the case checks the oracle's numerics library")
+__all__ = ["sample", "as_f32", "f64_bits", "same_values", "fp8_structure_rows"]
 
 
 def sample(values, count: int, seed: int) -> list:

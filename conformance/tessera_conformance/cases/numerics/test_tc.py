@@ -20,10 +20,10 @@ import pytest
 import tessera_ref as tr
 from tessera_ref import numerics, op
 from tessera_ref.errors import LoweringError, PolicyError
-from tessera_conformance import assert_bits, clause, run
+from tessera_conformance import assert_bits, clause, oracle_only, run
 
 from . import _ref_convert as R
-from ._common import fp8_structure_rows, oracle_only
+from ._common import fp8_structure_rows
 
 # (model, storage) -> (products per block, extra alignment bits, the inputs' exponent floor)
 _TABLE = {("tc:sm70", "f16"): (4, 0, -14), ("tc:sm80", "f16"): (8, 1, -14), ("tc:sm80", "bf16"): (8, 1, -126),
@@ -149,10 +149,10 @@ def test_special_values_decide_the_whole_output(backend):
     assert np.isnan(got[2]).all() and np.isnan(got[3]).all() and got[0, 1:].tolist() == [math.inf] * 3
 
 
+@oracle_only("the model table (numerics.tc) has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-TC-1", "NUM-TC-5")
 def test_the_model_table(backend):
     """The library's models carry the spec's parameters; each instruction's K holds whole blocks."""
-    oracle_only(backend, "the model table (numerics.tc)")
     from tessera_ref.numerics import tc
 
     for (name, storage), (n, alpha, emin) in _TABLE.items():
@@ -165,11 +165,11 @@ def test_the_model_table(backend):
     assert sorted(tc.MODELS) == ["tc:sm70", "tc:sm80", "tc:sm90"]
 
 
+@oracle_only("tc.mma (numerics.tc) has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-TC-4")
 def test_the_model_is_within_the_stated_bound(backend):
     """|D − exact| ≤ ((1+ε)^R − 1)·T + R(1+ε)^R·2^-126 on random sums of mixed magnitude (R
     rounding steps: blocks, and f32 adds where C is added after them)."""
-    oracle_only(backend, "tc.mma (numerics.tc)")
     from tessera_ref.numerics import tc
 
     rng = np.random.default_rng(4)
@@ -194,10 +194,11 @@ def test_the_model_is_within_the_stated_bound(backend):
                 assert abs(Fraction(float(d[i, j])) - exact) <= bound, (name, storage, i, j)
 
 
+@oracle_only("the matmul kernel family's K-tile check has no backend entry point; the case checks the oracle's "
+             "numerics library")
 @clause("NUM-TC-5")
 def test_lowering_refuses_a_k_tile_that_splits_blocks(backend):
     """A K tile that is not a multiple of the instruction's K is a LoweringError."""
-    oracle_only(backend, "the matmul kernel family's K-tile check")
     from tessera_ref.lowering import lower
 
     policy = numerics.Policy("fp8_e4m3", accum="tc:sm90")
@@ -219,13 +220,13 @@ def test_other_ops_compute_as_under_f32_accumulation(backend):
     assert_bits(got, want, "sum under tc:sm80 vs under accum=f32")
 
 
+@oracle_only("Policy construction has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-TC-6")
 @pytest.mark.parametrize("kwargs", [dict(storage="f32", accum="tc:sm80"), dict(storage="bf16", accum="tc:sm70"),
                                     dict(storage="bf16", accum="tc:sm80", reduction="exact"),
                                     dict(storage="bf16", accum="tc:sm42")])
 def test_policy_refusals(backend, kwargs):
     """Unknown models, storage the instruction does not take and reduction='exact' are PolicyErrors."""
-    oracle_only(backend, "Policy construction")
     with pytest.raises(PolicyError):
         numerics.Policy(**kwargs)
     assert str(numerics.Policy("bf16", accum="tc:sm80")) == "bf16 @accum(tc:sm80)"

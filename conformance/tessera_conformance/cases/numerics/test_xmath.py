@@ -16,11 +16,11 @@ import pytest
 
 from tessera_ref import op
 from tessera_ref.numerics import xmath
-from tessera_conformance import assert_bits, clause, run
+from tessera_conformance import assert_bits, clause, oracle_only, run
 
 from . import _ref_convert as R
 from . import _ref_math as M
-from ._common import f64_bits, oracle_only
+from ._common import f64_bits
 
 H = float.fromhex
 
@@ -122,21 +122,21 @@ def test_rsqrt_is_two_correctly_rounded_operations(backend):
 
 # -- the functions without an op of their own (the oracle's library) ------------------------------
 
+@oracle_only("numerics.xmath.horner has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-MATH-1")
 def test_horner(backend):
     """``horner(z; c0 … cn)``: ``p = cn``, then ``p = (p ⊗ z) ⊕ cj`` downwards."""
-    oracle_only(backend, "numerics.xmath.horner")
     rng = np.random.default_rng(14)
     z = rng.standard_normal(200) * 3
     coeffs = tuple(float(c) for c in rng.standard_normal(9))
     assert [float(v).hex() for v in xmath.horner(z, coeffs)] == [M.horner(float(v), coeffs).hex() for v in z]
 
 
+@oracle_only("numerics.xmath.sincos_turns has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-MATH-4")
 def test_sincos_turns(backend):
     """``sincos_turns(t)``: exact reduction to a quarter turn, the S/C polynomials; exact
     0 and ±1 at multiples of a quarter turn; ``t + n`` gives the bits of ``t``."""
-    oracle_only(backend, "numerics.xmath.sincos_turns")
     t = ([0.0, -0.0, 0.25, 0.5, 0.75, 1.0, -0.25, 1.25, 1e16, 2.0 ** 60 + 0.5, math.inf, math.nan, 0.125, 1 / 3]
          + _random(300, 15, -3, 2))
     s, c = xmath.sincos_turns(np.array(t))
@@ -150,10 +150,10 @@ def test_sincos_turns(backend):
     assert M.sincos_turns(0.1 + 5.0) == M.sincos_turns(5.1) and M.sincos_turns(0.3) != M.sincos_turns(-0.3)
 
 
+@oracle_only("numerics.xmath.log_factorial has no backend entry point; the case checks the oracle's numerics library")
 @clause("NUM-MATH-5")
 def test_log_factorial(backend):
     """``log_factorial(k)``: the correctly rounded table below 10, the Stirling series from 10."""
-    oracle_only(backend, "numerics.xmath.log_factorial")
     k = [float(v) for v in list(range(0, 60)) + [99, 100, 1000, 12345, 10 ** 6, 2 ** 40, 2 ** 52]] + [math.inf]
     got = xmath.log_factorial(np.array(k))
     assert [float(v).hex() for v in got] == [M.log_factorial(v).hex() for v in k]

@@ -5,9 +5,13 @@ import pytest
 
 from tessera_ref import dist, op, sim
 from tessera_ref.errors import SimError
-from tessera_conformance import assert_bits, clause, eager
+from tessera_conformance import assert_bits, clause, eager, oracle_only
 
 from ._reference import AXES, PRESETS, choose, formula, groups_of, mesh_of
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 S = dist.ShardSpec
 
@@ -77,6 +81,7 @@ def test_each_collective_costs_its_formula_on_its_tier(backend, mesh_shape, pres
                 assert e.duration == pytest.approx(time, rel=1e-12) and e.args["bytes_sent"] == pytest.approx(sent)
 
 
+@LIBRARY
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all",
                                   "permute", "send", "recv"])
 @pytest.mark.parametrize("p", [2, 3, 5, 8])
@@ -90,6 +95,7 @@ def test_the_formula_table(backend, kind, p):
         assert t == pytest.approx(want_t, rel=1e-12) and s == pytest.approx(want_s, rel=1e-12), alg
 
 
+@LIBRARY
 @clause("SIM-COLL-2")
 def test_the_worked_example(backend):
     """Ring all_gather of 1,000,000 bytes over 4 ranks, α = 1 µs, β = 100 GB/s: 10.5 µs, 750,000 B."""
@@ -98,6 +104,7 @@ def test_the_worked_example(backend):
     assert t == pytest.approx(10.5e-6, rel=1e-12) and s == 750_000
 
 
+@LIBRARY
 @clause("SIM-COLL-3")
 def test_naming_the_algorithm(backend):
     """A named algorithm is used; it must be the kind's, and nvls only inside one domain."""
@@ -112,6 +119,7 @@ def test_naming_the_algorithm(backend):
             m.record_collective(kind, [tuple(group)], 1024, algorithm=alg)
 
 
+@LIBRARY
 @pytest.mark.parametrize("kind, group, n", [
     ("all_reduce", range(16), 1024),            # small across domains: tree
     ("all_reduce", range(16), 1 << 30),         # large across domains: ring

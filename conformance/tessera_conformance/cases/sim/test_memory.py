@@ -7,9 +7,13 @@ import pytest
 
 from tessera_ref import dist, op, sim
 from tessera_ref.errors import MemoryWarning, OutOfMemoryError, SimError
-from tessera_conformance import clause, eager, not_applicable
+from tessera_conformance import clause, eager, not_applicable, oracle_only
 
 from ._reference import AXES, GiB, PRESETS, mesh_of
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 S = dist.ShardSpec
 CAP = PRESETS["H100"]["hbm"]
@@ -82,6 +86,7 @@ def test_a_sub_mesh_tensor_lives_on_its_devices_and_lists_largest_first(backend,
     assert names == [["big", "small"] if d in holders else [] for d in range(mesh.size)]
 
 
+@LIBRARY
 @clause("SIM-MEM-1")
 def test_alloc_and_free(backend):
     """``alloc`` adds a tensor's bytes on one device and returns a handle; ``free`` takes them away."""
@@ -181,6 +186,7 @@ def test_a_failed_tensor_allocation_on_a_mesh_changes_nothing(backend, mesh_shap
     assert len([w for w in crossing if issubclass(w.category, MemoryWarning)]) == first_stage.size
 
 
+@LIBRARY
 @pytest.mark.parametrize("device, nbytes", [(2, 10), ("cuda:9", 10), (0, -1), (0, 1.5), (0, True)])
 @clause("SIM-MEM-4")
 def test_bad_allocations_and_frees_change_nothing(backend, device, nbytes):

@@ -4,10 +4,14 @@ the report's exposed and hidden communication, for programs run on the backend."
 import pytest
 
 from tessera_ref import dist, op, sim
-from tessera_conformance import clause
+from tessera_conformance import clause, oracle_only
 
 from ._machine import run_on
 from ._reference import GB, PRESETS, formula
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 S = dist.ShardSpec
 
@@ -73,6 +77,7 @@ def test_a_collective_runs_under_independent_compute(backend, overlap):
     assert m.critical_path()[-1].name == "add"
 
 
+@LIBRARY
 @pytest.mark.parametrize("overlap", [False, True])
 @clause("SIM-TL-7")
 def test_collectives_on_one_link_take_turns(backend, overlap):

@@ -8,9 +8,14 @@ import pytest
 from tessera_ref.errors import SimError
 from tessera_ref.sim.gpt import PUBLISHED, GPTConfig, iteration, layer_ops, model_flops
 from tessera_ref.sim.pipeline import Action, bubble_fraction, order, timing
-from tessera_conformance import clause
+from tessera_conformance import clause, oracle_only
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 
+@LIBRARY
 @clause("SIM-PP-1")
 def test_orders_by_hand(backend):
     F, B = (lambda j, c=0: Action("F", j, c)), (lambda j, c=0: Action("B", j, c))
@@ -24,6 +29,7 @@ def test_orders_by_hand(backend):
             order(*bad)
 
 
+@LIBRARY
 @clause("SIM-PP-2")
 def test_timing_by_hand(backend):
     """GPipe, p = 2, m = 2, F = 1, B = 2, transfers 0.5: device 0 F0 [0,1] F1 [1,2]; device 1 F0
@@ -35,6 +41,7 @@ def test_timing_by_hand(backend):
     assert [x.start for x in placed] == sorted(x.start for x in placed)
 
 
+@LIBRARY
 @clause("SIM-PP-3")
 @pytest.mark.parametrize("schedule,p,m,v", [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("1f1b", 3, 5, 1),
                                             ("interleaved", 4, 8, 2), ("interleaved", 2, 6, 3)])
@@ -45,6 +52,7 @@ def test_bubble(backend, schedule, p, m, v):
     assert bubble_fraction(schedule, p, m, v) == pytest.approx((end - 3.0 * m) / (3.0 * m))
 
 
+@LIBRARY
 @clause("SIM-GPT-1")
 def test_layer_kernels(backend):
     """A layer's six forward GEMMs on one of t devices do (24·b·s·h² + 4·b·s²·h)/t FLOPs."""
@@ -54,6 +62,7 @@ def test_layer_kernels(backend):
     assert sum(o.flops for o in gemms) == (24 * 2 * 2048 * 512 ** 2 + 4 * 2 * 2048 ** 2 * 512) / 4
 
 
+@LIBRARY
 @clause("SIM-GPT-2")
 def test_flops_and_throughput(backend):
     c = GPTConfig("c", layers=2, hidden=512, heads=8, t=1, p=2, gpus=4, batch=8)
@@ -64,6 +73,7 @@ def test_flops_and_throughput(backend):
     assert iteration(replace(c, p=1, layers=2)).bubble == 0.0
 
 
+@LIBRARY
 @clause("SIM-GPT-3")
 def test_upper_bound_of_every_published_row(backend):
     for c in PUBLISHED:

@@ -5,13 +5,18 @@ import pytest
 
 from tessera_ref import sim
 from tessera_ref.errors import SimError
-from tessera_conformance import clause
+from tessera_conformance import clause, oracle_only
 
 from ._reference import GB, GiB, PRESETS, REGISTERS_PER_SM, SMEM_PER_BLOCK, SMEM_PER_SM
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 NAMES = list(PRESETS)
 
 
+@LIBRARY
 @clause("SIM-HW-1")
 def test_presets_are_immutable_and_hold_dense_per_direction_numbers(backend):
     """The presets; frozen; peaks are half the sparsity figures; NVLink β is half the
@@ -31,6 +36,7 @@ def test_presets_are_immutable_and_hold_dense_per_direction_numbers(backend):
         assert set(p.peaks) <= {"f64", "f32", "tf32", "bf16", "f16", "fp8", "fp6", "fp4", "int8"}
 
 
+@LIBRARY
 @pytest.mark.parametrize("name", NAMES)
 @clause("SIM-HW-2")
 def test_the_numbers_of_the_table(backend, name):
@@ -46,6 +52,7 @@ def test_the_numbers_of_the_table(backend, name):
     assert (p.network.bandwidth, p.network.latency) == (want["network"], want["network_alpha"])
 
 
+@LIBRARY
 @pytest.mark.parametrize("name, estimates", [
     ("A100", {"nvlink.latency", "network.latency", "efficiency"}),
     ("H100", {"nvlink.latency", "network.latency"}),
@@ -61,6 +68,7 @@ def test_estimates_are_marked(backend, name, estimates):
     assert "*" in sim.preset_card(name) and "estimate" in sim.presets_table()
 
 
+@LIBRARY
 @pytest.mark.parametrize("spelling, name", [
     ("h100", "H100"), ("H 200", "H200"), ("b_200", "B200"), ("gb200_nvl72", "GB200-NVL72"),
     ("GB200 NVL72", "GB200-NVL72"), ("gb200-nvl72", "GB200-NVL72"), ("nvl72", "GB200-NVL72"),
@@ -73,6 +81,7 @@ def test_names_and_aliases(backend, spelling, name):
     assert sim.Machine(spelling, 1).preset.name == name
 
 
+@LIBRARY
 @clause("SIM-HW-3")
 def test_an_unknown_name_lists_the_presets(backend):
     """An unknown name is an error listing the presets."""
@@ -82,6 +91,7 @@ def test_an_unknown_name_lists_the_presets(backend):
     assert all(name in text for name in NAMES)
 
 
+@LIBRARY
 @pytest.mark.parametrize("name", NAMES)
 @clause("SIM-HW-4")
 def test_memory_tiers(backend, name):
@@ -100,6 +110,7 @@ def test_memory_tiers(backend, name):
     assert "1 us" in nvlink.latency.replace("µ", "u") and "5 us" in network.latency.replace("µ", "u")
 
 
+@LIBRARY
 @pytest.mark.parametrize("name", NAMES)
 @clause("SIM-HW-5")
 def test_achievable_fractions(backend, name):

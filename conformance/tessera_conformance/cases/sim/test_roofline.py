@@ -6,9 +6,13 @@ import pytest
 from tessera_ref import dist, op, sim
 from tessera_ref.errors import SimError
 from tessera_ref.numerics import Policy
-from tessera_conformance import clause, eager
+from tessera_conformance import clause, eager, oracle_only
 
 from ._reference import AXES, PRESETS, mesh_of, rate_key, roofline_time
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 S = dist.ShardSpec
 BITS = {"f32": 32, "bf16": 16, "fp8_e4m3": 8, "fp4_e2m1": 4}
@@ -58,6 +62,7 @@ def test_a_sharded_matmul_takes_its_roofline_time(backend, mesh_shape, fmt, pres
     assert bounds == {"memory", "compute"}
 
 
+@LIBRARY
 @pytest.mark.parametrize("cost, bound", [((0, 0), "memory"), ((67e12, 3.35e12), "memory"),
                                          ((67e12 * 2, 3.35e12), "compute"), ((1, 10**9), "memory")])
 @clause("SIM-ROOF-1")
@@ -74,6 +79,7 @@ def test_ties_and_empty_ops_are_memory_bound(backend, cost, bound):
 FORMATS = ["f64", "f32", "f16", "bf16", "fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "int8", "int4"]
 
 
+@LIBRARY
 @pytest.mark.parametrize("preset", list(PRESETS))
 @clause("SIM-ROOF-2")
 def test_which_peak(backend, preset):

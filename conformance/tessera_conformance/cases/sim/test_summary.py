@@ -8,7 +8,11 @@ import pytest
 from tessera_ref import op, sim
 from tessera_ref.cli import main as cli_main
 from tessera_ref.errors import SimError
-from tessera_conformance import clause, eager
+from tessera_conformance import clause, eager, oracle_only
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 MIB = 1 << 20
 BF16_1MS = (989.5e9, 0)  # 1 ms of bf16 work on an H100 (989.5 dense TFLOP/s)
@@ -24,6 +28,7 @@ def _machine():
     return m
 
 
+@LIBRARY
 @clause("SIM-SUMMARY-1")
 def test_summary_holds_the_reports_numbers(backend):
     """Per device: peak and live bytes, compute seconds, comm seconds per axis, finish; per
@@ -60,6 +65,7 @@ def test_single_device_ops_run_on_device_0(backend):
     assert m.memory.peak(0) == 0
 
 
+@LIBRARY
 @clause("SIM-TRACE-2")
 def test_a_collective_group_is_one_flow_in_device_order(backend):
     flows = [e for e in _machine().chrome_trace()["traceEvents"] if e["ph"] in ("s", "t", "f")]
@@ -88,6 +94,7 @@ def test_json_documents(backend, tmp_path, capsys):
     assert {o["name"]: o["rules"]["kernel_family"] for o in ops["ops"]}["matmul"] == "matmul"
 
 
+@LIBRARY
 @clause("SIM-PLOT-1")
 def test_figures_are_written_or_refused_cleanly(backend, tmp_path):
     """With matplotlib: three PNG files; a directory that does not exist is a SimError."""

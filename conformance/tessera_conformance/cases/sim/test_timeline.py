@@ -5,15 +5,20 @@ import pytest
 
 from tessera_ref import dist, op, sim
 from tessera_ref.errors import SimError
-from tessera_conformance import clause, not_applicable
+from tessera_conformance import clause, not_applicable, oracle_only
 
 from ._machine import run_on
 from ._reference import AXES, PRESETS, choose, formula, groups_of, mesh_of, roofline_time, tier
+
+#: The cases about the library itself: n/a on every backend but the oracle.
+LIBRARY = oracle_only("the simulated machine's model (presets, costs, timelines, memory, reports) is the "
+                      "library's; no backend computes it")
 
 S = dist.ShardSpec
 
 
 
+@LIBRARY
 @clause("SIM-TL-1")
 def test_devices_streams_and_ready_times(backend):
     """Devices are indexed and named (``cuda:i`` by default); either addresses them; each has a
@@ -123,6 +128,7 @@ def test_send_recv_is_a_transfer(backend, mesh_shape):
             assert e.duration == pytest.approx(formula("send", "direct", 2, n, alpha, beta)[0], rel=1e-12)
 
 
+@LIBRARY
 @pytest.mark.parametrize("src, dst", [([0, 1], [2]), ([0, 0], [1, 2]), ([0, 1], [2, 2]), ([0], [0])])
 @clause("SIM-TL-4")
 def test_bad_transfers(backend, src, dst):
@@ -133,6 +139,7 @@ def test_bad_transfers(backend, src, dst):
     assert m.timeline.events == []
 
 
+@LIBRARY
 @clause("SIM-TL-4")
 def test_a_device_is_busy_from_its_first_message_to_its_last(backend):
     """Messages of one call run concurrently; a device that sends one and receives another is

@@ -3,6 +3,7 @@ counter parts (n/a where a backend has none, required of the oracle), exact roun
 format (NUM-CVT-2/3, computed here), and hardware.md's bank and sector rules."""
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -11,36 +12,65 @@ import numpy as np
 import pytest
 
 from tessera_ref import backends
-from tessera_ref.errors import BackendError
+from tessera_ref.errors import BackendError, BackendFinding
 from tessera_ref.ir.launch import Launch
-from tessera_conformance import ORACLE, not_applicable
-from tessera_conformance.harness import UNSUPPORTED
+from tessera_conformance import ORACLE, not_applicable, unsupported
 
 # -- launching -------------------------------------------------------------------------------
 
 
+def _own_finding(backend, exc) -> None:
+    """n/a: ``backend`` found the kernel's bug with a check of its own (a BackendFinding), so
+    it does not make the tile interpreter's checks this case is about."""
+    what = exc.what.split(":")[0]  # what it found and where, without addresses or values
+    not_applicable(f"{backend} does not make the tile interpreter's checks; its own check found the kernel's bug: "
+                   f"{what}")
+
+
+@contextlib.contextmanager
+def _launching(backend, options):
+    """Around a launch on ``backend``: a refusal (BackendError) makes the case unsupported; a
+    finding of the backend's own checks (BackendFinding) instead of the tile interpreter's
+    listed ones (``on_error="collect"``) makes it n/a, and otherwise fails it."""
+    try:
+        yield
+    except BackendFinding as exc:
+        if options.get("on_error") != "collect":
+            raise
+        _own_finding(backend, exc)
+    except BackendError as exc:
+        unsupported(backend, exc, "the launch")
+
+
 def launch(backend, kern, *args, **options):
     """``kern(*args, **options)`` — ``Kernel.__call__``, so the current backend's ``launch`` —
-    inside ``backends.use(backend)``; the launch's report."""
-    try:
-        with backends.use(backend):
-            return kern(*args, **options)
-    except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the launch: {exc.what}")
+    inside ``backends.use(backend)``; the launch's report (see :func:`_launching`)."""
+    with _launching(backend, options), backends.use(backend):
+        return kern(*args, **options)
 
 
 def launch_module(backend, module, buffers, *, grid=1, lanes=32, **options):
-    """A hand-built Tile IR module launched by ``backend.launch`` (BACKEND-LAUNCH-1)."""
-    try:
+    """A hand-built Tile IR module launched by ``backend.launch`` (BACKEND-LAUNCH-1; see
+    :func:`_launching`)."""
+    with _launching(backend, options):
         return backends.get(backend).launch(Launch(module, None, grid, lanes, buffers, **options))
-    except BackendError as exc:
-        pytest.skip(f"{UNSUPPORTED} {backend} refuses the launch: {exc.what}")
+
+
+@contextlib.contextmanager
+def tile_error(backend, error, match: str):
+    """``pytest.raises(error, match=match)`` around the launch of a kernel with a bug the tile
+    interpreter's checks report; a backend whose own check finds the bug first is n/a."""
+    try:
+        with pytest.raises(error, match=match) as info:
+            yield info
+    except BackendFinding as exc:
+        _own_finding(backend, exc)
 
 
 def part(backend, report, name: str):
-    """``report.<name>`` (findings, counters, coverage, roofline, grid ...); n/a on a backend
-    whose launch reports do not have it (BACKEND-LAUNCH-1: a GPU has no race checker), but the
-    oracle's must."""
+    """``report.<name>`` (counters, coverage, roofline, grid ...); n/a on a backend whose launch
+    reports do not have it (BACKEND-LAUNCH-1: a GPU counts nothing), but the oracle's must.
+    Findings are :func:`findings`'."""
     got = getattr(report, name, None)
     if got is None:
         assert backend != ORACLE, f"the oracle's launch report has no {name}"
@@ -59,8 +89,14 @@ def semantic_checks(backend, report) -> None:
 
 
 def findings(backend, report) -> list:
-    """The report's checker findings (see :func:`part`)."""
-    return list(part(backend, report, "findings"))
+    """The report's checker findings: n/a where the report says ``checks=False`` whatever else
+    it holds (:func:`semantic_checks`); a report that neither says so nor lists findings
+    ignored the checks silently, which fails (BACKEND-LAUNCH-1)."""
+    semantic_checks(backend, report)
+    got = getattr(report, "findings", None)
+    assert got is not None, (f"{backend}'s launch report neither lists findings nor says checks=False "
+                             f"(BACKEND-LAUNCH-1): {report!r}")
+    return list(got)
 
 
 def counters(backend, report):

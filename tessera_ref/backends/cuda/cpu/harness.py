@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ....errors import BackendError
+from ....errors import BackendError, BackendFinding
 from ....numerics.tc import BlockFMA
 from . import asan, build
 
@@ -62,7 +62,7 @@ _MEMORY_FAULT = 6
 _PAGE = mmap.PAGESIZE
 
 
-class HarnessFinding(BackendError):
+class HarnessFinding(BackendFinding):
     """The CUDA-on-CPU harness found a bug in a kernel (``kind``, ``line``: the CUDA line)."""
 
 

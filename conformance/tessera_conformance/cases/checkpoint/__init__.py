@@ -1,0 +1,1 @@
+"""CKPT-*: sharded checkpoints saved on one mesh and restored on another (docs/spec/checkpoint.md)."""
