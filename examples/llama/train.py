@@ -104,7 +104,10 @@ class Run:
         self.cfg, self.dp, self.tp = cfg, dp, tp
         self.policy = Policy("f32", reduction="exact") if exact else None
         self.mesh = dist.Mesh(("dp", "tp"), range(dp * tp), (dp, tp)) if dp * tp > 1 else None
-        self.schedule = optim.warmup_cosine(lr, warmup_steps=max(1, steps // 20), total_steps=steps)
+        if steps < 1:
+            raise UsageError(f"--steps {steps}: a run takes at least one step", fix="pass --steps 1 or more")
+        self.schedule = optim.warmup_cosine(lr, warmup_steps=max(1, steps // 20) if steps > 1 else 0,
+                                            total_steps=steps)
         self.opt = optim.chain(optim.clip_by_global_norm(1.0),
                                optim.adamw(self.schedule, b1=0.9, b2=0.95, weight_decay=0.1))
         loss = loss_fn(cfg, self.policy)

@@ -57,31 +57,10 @@ def test_the_first_loss_is_pytorchs(corpus):
     """An independent check of the model: the same weights and batch in PyTorch (float32,
     its own attention, RoPE, RMSNorm and cross-entropy) give the first loss to 6 digits."""
     torch = pytest.importorskip("torch")
-    cfg, p = TINY, model.init_params(TINY)
-    ids, labels = train.batch(corpus, cfg, 0)
-    t = {k: torch.tensor(v) for k, v in p.items()}
-    cos, sin = (torch.tensor(a) for a in model.rope_tables(cfg))
-    b, s, h, kv, hd = cfg.batch, cfg.seq, cfg.heads, cfg.kv_heads, cfg.head_dim
-
-    def rms(x, w):
-        return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w
-
-    def rope(x):
-        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-
-    x = t["emb"][torch.tensor(ids).long()]
-    for i in range(cfg.layers):
-        a = rms(x, t[f"l{i}.attn_norm"])
-        q = rope((a @ t[f"l{i}.q"]).view(b, s, h, hd).transpose(1, 2))
-        k = rope((a @ t[f"l{i}.k"]).view(b, s, kv, hd).transpose(1, 2)).repeat_interleave(h // kv, 1)
-        v = (a @ t[f"l{i}.v"]).view(b, s, kv, hd).transpose(1, 2).repeat_interleave(h // kv, 1)
-        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + o.transpose(1, 2).reshape(b, s, h * hd) @ t[f"l{i}.o"]
-        a = rms(x, t[f"l{i}.ffn_norm"])
-        x = x + (torch.nn.functional.silu(a @ t[f"l{i}.w1"]) * (a @ t[f"l{i}.w3"])) @ t[f"l{i}.w2"]
-    logits = rms(x, t["norm"]) @ t["head"]
-    want = torch.nn.functional.cross_entropy(logits.view(-1, 256), torch.tensor(labels).long().view(-1))
+    import torch_reference
+    ids, labels = train.batch(corpus, TINY, 0)
+    want = torch_reference.loss_fn(TINY)({k: torch.tensor(v) for k, v in model.init_params(TINY).items()},
+                                         torch.tensor(ids).long(), torch.tensor(labels).long())
     got = float(train.Run(TINY, steps=5, lr=1e-2).train_step(ids, labels))
     assert got == pytest.approx(float(want), rel=1e-6)
 
