@@ -85,11 +85,13 @@ def init_params(cfg: Config, seed: int = 0) -> dict:
 
 def check_mesh(cfg: Config, dp: int, tp: int) -> None:
     """A UsageError with the fix when a ``dp × tp`` mesh cannot hold ``cfg``."""
-    for what, n in (("query heads", cfg.heads), ("key/value heads", cfg.kv_heads), ("SwiGLU width", cfg.ffn),
-                    ("vocabulary", cfg.vocab)):
+    sizes = (("query heads", cfg.heads), ("key/value heads", cfg.kv_heads), ("SwiGLU width", cfg.ffn),
+             ("vocabulary", cfg.vocab))
+    for what, n in sizes:
         if n % tp:
+            fits = max(d for d in range(1, tp + 1) if all(m % d == 0 for _, m in sizes))
             raise UsageError(f"tp={tp} does not divide the model's {n} {what}",
-                             fix=f"choose tp among the divisors of {n} (e.g. --mesh {dp * tp // 2 or 1},2)")
+                             fix=f"choose a tp that divides {n} (e.g. --mesh {dp},{fits})")
     if cfg.batch % dp:
         raise UsageError(f"dp={dp} does not divide the batch of {cfg.batch} sequences",
                          fix="choose dp among the divisors of the batch, or another --config")

@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     try:
         return train(args)
     except TesseraError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {e.what}" + (f". Fix: {e.fix}" if e.fix else ""), file=sys.stderr)
         return 2
 
 
