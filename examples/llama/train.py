@@ -90,7 +90,8 @@ def parse_mesh(text: str) -> tuple:
             raise ValueError
     except ValueError:
         raise UsageError(f"--mesh {text!r} is not two positive integers dp,tp",
-                         fix="write e.g. --mesh 2,2 (dp=2 data-parallel x tp=2 tensor-parallel) or --mesh 1,1") from None
+                         fix="write e.g. --mesh 2,2 (dp=2 data-parallel x tp=2 tensor-parallel) or --mesh 1,1"
+                         ) from None
     return dp, tp
 
 
