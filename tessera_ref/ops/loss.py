@@ -221,7 +221,7 @@ def _ce_shard(attrs, logits, labels) -> ShardPlan:
     if _split_class_axis(logits, logits.rank - 1) or (split_rows and attrs["reduction"] == "mean") \
             or labels.layout.partial:
         return ShardPlan((lay, labels.layout), None, expand=_expanded_cross_entropy)
-    x_lay = whole(lay, range(logits.rank - 1))
+    x_lay = whole(lay, (logits.rank - 1,))  # the class axis whole, the rows keep their splits
     lab = ShardLayout(rows, padded=lay.padded)
     if attrs["reduction"] == "none":
         return ShardPlan((x_lay, lab), (ShardLayout(rows),))
