@@ -50,6 +50,8 @@ CONFIGS = {
     "tiny": Config(dim=32, layers=1, heads=4, kv_heads=2, ffn=64, seq=16, batch=4),
     # The default of train.py: learns the corpus well below its unigram entropy in minutes.
     "small": Config(dim=128, layers=2, heads=4, kv_heads=2, ffn=256, seq=64, batch=8),
+    # The size issue 28's benchmark names (benchmarks/train_bench.py --config medium); not tuned.
+    "medium": Config(dim=256, layers=4, heads=8, kv_heads=4, ffn=512, seq=128, batch=8),
 }
 
 

@@ -36,8 +36,8 @@ from tessera_ref.numerics import Policy  # noqa: E402
 from model import (BATCH, CONFIGS, Config, check_mesh, init_params, layout, loss_fn, n_params,  # noqa: E402
                    param_shapes, place)
 
-STEPS = {"tiny": 300, "small": 600}
-LR = {"tiny": 1e-2, "small": 3e-3}
+STEPS = {"tiny": 300, "small": 600, "medium": 1000}
+LR = {"tiny": 1e-2, "small": 3e-3, "medium": 2e-3}
 EVAL_FRACTION = 0.1
 
 
@@ -211,8 +211,8 @@ def plot(path: str, curve: list, evals: list, entropy: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="small")
-    ap.add_argument("--steps", type=int, help="steps in all (default: 300 tiny, 600 small)")
-    ap.add_argument("--lr", type=float, help="peak learning rate (default: 1e-2 tiny, 3e-3 small)")
+    ap.add_argument("--steps", type=int, help="steps in all (default: 300 tiny, 600 small, 1000 medium)")
+    ap.add_argument("--lr", type=float, help="peak learning rate (default: 1e-2 tiny, 3e-3 small, 2e-3 medium)")
     ap.add_argument("--mesh", default="1,1", help="dp,tp (default 1,1: one device)")
     ap.add_argument("--backend", default="interp", help="the backend that runs the step (default interp)")
     ap.add_argument("--exact", action="store_true", help='reduction="exact": the same bits on every mesh')
