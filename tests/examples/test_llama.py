@@ -109,6 +109,12 @@ def test_user_errors_are_one_line_with_the_fix(args, message):
     assert message in done.stderr and "Fix:" in done.stderr, done.stderr
 
 
+def test_a_missing_corpus_says_where_it_looked(tmp_path):
+    with pytest.raises(UsageError, match="no corpus: .*docs/spec holds no \\*.md files") as e:
+        train.load_corpus(str(tmp_path))
+    assert "checkout of the repository" in e.value.fix
+
+
 def test_resume_without_a_checkpoint_or_from_another_model(tmp_path):
     with pytest.raises(UsageError, match="holds no checkpoint"):
         tiny_run().restore(str(tmp_path))
