@@ -186,7 +186,8 @@ def _whole(shape, dtype, grid: SavedGrid, reader: Reader, leaf: str) -> np.ndarr
     out = np.empty(shape, dtype)
     box = tuple((0, n) for n in shape)
     for shard, inter in grid.overlapping(box):
-        reader.read_into(out[tuple(slice(lo, hi) for lo, hi in inter)], shard["file"], shard["tensor"],
+        # (..., slices): a view even of a 0-d array (out[()] would be a copy of its scalar)
+        reader.read_into(out[(Ellipsis,) + tuple(slice(lo, hi) for lo, hi in inter)], shard["file"], shard["tensor"],
                          tuple(lo for lo, _ in shard["box"]), inter, leaf)
     return out
 

@@ -99,13 +99,15 @@ def _run_local(prim, attrs, moved, out_types, plan, location):
     if plan.device_attrs is None and (plan.stacked or exact_partial):
         rank = max(x.ndim for x in moved)
         xs = [_pad_rank(x.local, m, rank) if plan.stacked else x.local for x in moved]
-        if new_partial[0] and policies[0].reduction == "exact":
+        if exact_partial:
             acc = _exact_partial(prim, attrs, xs, m)
             if acc is not None:
                 return [acc]
-        types = [TensorType(v.shape, x.type.policy) for v, x in zip(xs, moved)]
-        local_out = prim.infer_types(attrs, tuple(types), location)
-        return list(context.backend().run_op(Call(prim, attrs, tuple(types), local_out, location), *xs))
+        if plan.stacked:
+            types = [TensorType(v.shape, x.type.policy) for v, x in zip(xs, moved)]
+            local_out = prim.infer_types(attrs, tuple(types), location)
+            return list(context.backend().run_op(Call(prim, attrs, tuple(types), local_out, location), *xs))
+    # a partial max/min (or another op with no exact partial sum) under reduction="exact": per device
     grid = np.broadcast_shapes(*[x.local.shape[:m] for x in moved])
     local_in = tuple(TensorType(x.local.shape[m:], x.type.policy) for x in moved)
     local_out = prim.infer_types(attrs, local_in, location)

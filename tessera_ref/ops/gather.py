@@ -212,12 +212,17 @@ def _scatter_jvp(attrs, primals, tangents, results):
 def _scatter_shard(attrs, updates, ids) -> ShardPlan:
     """MESH-SHARD-TAKE-1: ids (and the updates' matching dimensions) split over mesh axes → each
     device scatters its own contributions and the result is a pending sum over those axes
-    (the data-parallel gradient of an embedding); the updates' other splits are kept."""
+    (the data-parallel gradient of an embedding); the updates' other splits are kept. Under
+    ``reduction="exact"`` the ids and updates are gathered over their split axes instead: each
+    row's sum is the canonical fold in ascending source index, which a sum of per-device folds
+    would not reproduce — so the bits do not depend on the mesh."""
     axis, k, ul = attrs["axis"], ids.rank, updates.layout
     if ul.partial and ul.partial_op != "sum":
         ul = ul.replace(partial=())
     used = set(ul.partial)
     id_dims = _keep(ids.layout.dims, used)
+    if getattr(updates.policy, "reduction", None) == "exact":
+        id_dims = tuple(() for _ in id_dims)
     lead = _keep(ul.dims[:axis], used)
     rest = _keep(ul.dims[axis + k:], used)
     operands = (ShardLayout(lead + id_dims + rest, ul.partial, padded=ul.padded),

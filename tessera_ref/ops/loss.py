@@ -163,14 +163,20 @@ def _row_scale(o, g, attrs, n: int):
 
 def _ce_vjp(attrs, primals, results, cts):
     """AD-CROSSENTROPY-1: ``x̄ = (softmax(x) ⊖ onehot(labels)) ⊗ ḡ`` (``ḡ ⊘ N`` for the mean)
-    in accum, rounded once into storage; the labels get none."""
+    in accum, rounded once into storage; the labels get none. Computed as the vocab-parallel
+    expansion's derivative is (MESH-SHARD-CE-1), so the bits do not depend on the mesh:
+    ``r = ḡ ⊗ (1 ⊘ Σ exp(z))``, ``x̄ = r ⊗ exp(z) ⊕ where(onehot, −ḡ, 0)`` with ``z = x ⊖ max(x)``."""
     logits, labels = primals
     n = int(np.prod(labels.shape))
 
     def rule(policy, x, g):
         o = op()
-        d = o.sub(o.softmax(x, axis=-1), _one_hot(labels, x.shape[-1], x))
-        return o.mul(d, _row_scale(o, g, attrs, n))
+        e = o.exp(o.sub(x, o.max(x, axis=-1, keepdims=True)))
+        gr = _row_scale(o, g, attrs, n)
+        gr = gr if attrs["reduction"] == "none" else o.broadcast_to(o.reshape(gr, (1,) * len(x.shape)), tuple(x.shape[:-1]) + (1,))
+        r = o.mul(gr, o.div(constant(1.0, policy), o.sum(e, axis=-1, keepdims=True)))
+        hot = o.equal(o.expand_dims(_as_index(labels), -1), _arange(x.shape[-1]))
+        return o.add(o.mul(r, e), o.where(hot, o.neg(gr), constant(0.0, policy)))
     return in_accum(rule, logits, cts[0]), None
 
 
@@ -215,7 +221,7 @@ def _ce_shard(attrs, logits, labels) -> ShardPlan:
     if _split_class_axis(logits, logits.rank - 1) or (split_rows and attrs["reduction"] == "mean") \
             or labels.layout.partial:
         return ShardPlan((lay, labels.layout), None, expand=_expanded_cross_entropy)
-    x_lay = whole(lay, range(logits.rank - 1))
+    x_lay = whole(lay, (logits.rank - 1,))  # the class axis whole, the rows keep their splits
     lab = ShardLayout(rows, padded=lay.padded)
     if attrs["reduction"] == "none":
         return ShardPlan((x_lay, lab), (ShardLayout(rows),))

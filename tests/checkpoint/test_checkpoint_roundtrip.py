@@ -167,3 +167,15 @@ def test_numpy_dtypes_and_empty_tensors_come_back(tmp_path):
     assert_same_leaves(_leaves(checkpoint.restore(tmp_path / "ck")), _leaves(tree))
     with pytest.raises(checkpoint.CheckpointError, match="dtype uint16 has no tessera element type"):
         checkpoint.restore(tmp_path / "ck", like={**tree, "u16": S()}, mesh=dist.Mesh(("tp",), range(2)))
+
+
+def test_a_0d_dist_tensor_restores_as_a_whole_array(tmp_path):
+    """CKPT-RESTORE-1: a 0-d DistTensor (an optimizer's step count on a mesh) restored with
+    like= an array or Array gets its saved value — the box of a 0-d array was read into a copy."""
+    import tessera_ref as tr
+    mesh = dp_tp()
+    count = dist.tensor((), None, mesh, "f64", data=np.float64(7.0))
+    checkpoint.save(tmp_path / "ck", {"count": count}, step=7)
+    for like in (np.zeros((), np.float64), tr.asarray(np.float64(0.0))):
+        got = checkpoint.restore(tmp_path / "ck", like={"count": like})["count"]
+        assert float(np.asarray(got)) == 7.0

@@ -116,3 +116,18 @@ def test_exact_all_reduce_of_given_contributions():
     assert same_bits(y.numpy(), want)
     canonical = dist.all_reduce(dist.from_shards(shards, S(None, ("tp",), reduce="sum"), mesh), "tp")
     assert same_bits(canonical.numpy(), fold_f32(c))
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_exact_policy_max_over_a_split_axis_runs_per_device(reduce):
+    """A max/min over a split axis under reduction="exact" leaves a partial max: each device
+    reduces its own block (a partial max needs no exact accumulator) — it used to run the stacked
+    blocks as one tensor and raise a raw ValueError. Checked against NumPy's max of the global
+    value (max is exact)."""
+    mesh = dist.Mesh(("dp", "tp"), range(4), (2, 2))
+    a = np.random.default_rng(5).standard_normal((4, 6, 10)).astype(np.float32)
+    x = dist.tensor(a.shape, S((0, 2), ("dp", "tp")), mesh, EXACT, data=a)
+    for keepdims in (False, True):
+        got = getattr(op, reduce)(x, axis=-1, keepdims=keepdims)
+        assert got.layout.partial == ("tp",)
+        assert np.array_equal(got.numpy(), getattr(a, reduce)(axis=-1, keepdims=keepdims))

@@ -317,13 +317,13 @@ def softmax(A, x, axis=-1):
 
 def log_softmax(A, x, axis=-1):
     """GRAPH-LOGSOFTMAX-1: z = x ⊖ max, l = log(lane sum of exp(z)), y = z ⊖ l, all in A."""
-    z = sub(A, x, np.expand_dims(_max_ax(x, axis), axis))
+    z = sub(A, x, np.expand_dims(max_along(x, axis), axis))
     return sub(A, z, np.expand_dims(math_op("log", lane_sum(A, exp_A(A, z), axis), A), axis))
 
 
 def cross_entropy(A, x, labels, reduction="mean"):
     """GRAPH-CROSSENTROPY-1: per row l ⊖ z[label] (classes last), then the lane sum or mean of all rows."""
-    z = sub(A, x, np.expand_dims(_max_ax(x, -1), -1))
+    z = sub(A, x, np.expand_dims(max_along(x, -1), -1))
     l = math_op("log", lane_sum(A, exp_A(A, z), -1), A)
     picked = np.take_along_axis(z, np.asarray(labels, np.int64)[..., None], -1)[..., 0]
     rows = sub(A, l, picked)
