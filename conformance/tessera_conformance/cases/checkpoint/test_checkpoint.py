@@ -19,7 +19,7 @@ from tessera_ref import backends, checkpoint, dist, op
 from tessera_ref.errors import BackendError, CheckpointError, LayoutError
 from tessera_ref.numerics import Policy
 from tessera_ref.numerics.rng import RNGKey
-from tessera_conformance import assert_bits, clause
+from tessera_conformance import assert_bits, clause, oracle_only
 
 from ..mesh._reference import AXES, expected_shard, mesh_of
 
@@ -48,6 +48,8 @@ def _state(backend, mesh_shape):
     return mesh, _on(backend, lambda: op.matmul(X, W))
 
 
+LIBRARY = oracle_only("the checkpoint files, their manifest and their errors are the library's own; no backend runs")
+
 @clause("CKPT-RESTORE-1", "CKPT-RESTORE-2", "CKPT-SAVE-1")
 def test_values_come_back_on_any_mesh_in_the_blocks_of_their_layout(backend, mesh_shape, tmp_path):
     mesh, y = _state(backend, mesh_shape)
@@ -68,6 +70,7 @@ def test_values_come_back_on_any_mesh_in_the_blocks_of_their_layout(backend, mes
 
 @pytest.mark.parametrize("fmt", ["bf16", "f16", "fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp4_e2m1", "i1", "index"])
 @clause("CKPT-FMT-1")
+@LIBRARY
 def test_every_element_type_comes_back_with_its_bits(backend, tmp_path, fmt):
     codes = np.arange(256, dtype=np.uint8)
     data = {"i1": codes % 2 == 1, "index": codes.astype(np.int64) * 2 ** 40 - 3}.get(fmt)
@@ -89,6 +92,7 @@ def test_every_element_type_comes_back_with_its_bits(backend, tmp_path, fmt):
 
 
 @clause("CKPT-TREE-1")
+@LIBRARY
 def test_abstract_and_pending_tensors_are_refused(backend, tmp_path):
     mesh = mesh_of((2, 2))
     with pytest.raises(CheckpointError, match="abstract"):
@@ -100,6 +104,7 @@ def test_abstract_and_pending_tensors_are_refused(backend, tmp_path):
 
 
 @clause("CKPT-SAVE-2", "CKPT-SAVE-3", "CKPT-FMT-2")
+@LIBRARY
 def test_each_block_once_in_a_hashed_file_the_manifest_describes(backend, tmp_path):
     mesh = mesh_of((2, 3))
     w = dist.tensor((6, 4), S(("row",), ("tp",)), mesh, data=np.arange(24, dtype=np.float32).reshape(6, 4))
@@ -118,6 +123,7 @@ def test_each_block_once_in_a_hashed_file_the_manifest_describes(backend, tmp_pa
 
 
 @clause("CKPT-RESTORE-3")
+@LIBRARY
 def test_each_saved_byte_is_read_at_most_once(backend, tmp_path):
     mesh = mesh_of((4,))
     w = dist.tensor((8, 8), S(("col",), ("dp",)), mesh, data=np.ones((8, 8), np.float32))
@@ -149,6 +155,7 @@ def test_a_resumed_step_has_the_bits_of_the_step_that_never_stopped(backend, tmp
 
 
 @clause("CKPT-ERR-1")
+@LIBRARY
 def test_a_damaged_file_names_the_file_and_tensor(backend, tmp_path):
     w = dist.tensor((4, 4), S(("row",), ("tp",)), mesh_of((2, 2)), data=np.ones((4, 4), np.float32))
     path = checkpoint.save(tmp_path / "ck", {"w": w})
@@ -166,6 +173,7 @@ def test_a_damaged_file_names_the_file_and_tensor(backend, tmp_path):
 
 
 @clause("CKPT-ERR-2")
+@LIBRARY
 def test_another_models_checkpoint_lists_the_names(backend, tmp_path):
     path = checkpoint.save(tmp_path / "ck", {"a": np.zeros(2), "b": 1})
     with pytest.raises(CheckpointError, match=r"only in like=: \[\"\['c'\]\"\]; .* only in the checkpoint: \[\"\['b'\]\"\]"):
@@ -173,6 +181,7 @@ def test_another_models_checkpoint_lists_the_names(backend, tmp_path):
 
 
 @clause("CKPT-ERR-3")
+@LIBRARY
 def test_a_manifest_naming_a_file_outside_the_checkpoint_is_refused(backend, tmp_path):
     path = checkpoint.save(tmp_path / "ck", {"a": np.zeros(2)})
     m = json.loads((tmp_path / "ck" / "manifest.json").read_text())
@@ -183,6 +192,7 @@ def test_a_manifest_naming_a_file_outside_the_checkpoint_is_refused(backend, tmp
 
 
 @clause("CKPT-ERR-4")
+@LIBRARY
 def test_a_mesh_the_layout_cannot_divide_is_a_layout_error(backend, tmp_path):
     w = dist.tensor((4, 4), S(("row",), ("tp",)), mesh_of((2, 2)), data=np.ones((4, 4), np.float32))
     path = checkpoint.save(tmp_path / "ck", {"w": w})
