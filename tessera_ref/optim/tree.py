@@ -5,8 +5,7 @@ import math
 
 import numpy as np
 
-from ..dist import DistTensor, tensor as dist_tensor
-from ..dist.tensor import local_shape, stack_shape
+from ..dist import DistTensor, tensor as dist_tensor, zeros as dist_zeros
 from ..errors import OptimError
 from ..frontend.pytree import flatten
 from ..ir import TensorType
@@ -106,12 +105,8 @@ def zeros_like(x, layout=None):
     """+0 in ``x``'s shape, policy and layout (a DistTensor on its mesh, in ``layout`` if given;
     abstract if ``x`` is; OPTIM-STATE-1)."""
     if isinstance(x, DistTensor):
-        layout = layout or x.layout.replace(partial=())
-        ttype = TensorType(x.shape, x.type.policy, layout)
-        if x.is_abstract:
-            return DistTensor(ttype, x.mesh, None)
-        local = np.zeros(stack_shape(layout, x.mesh) + local_shape(x.shape, layout, x.mesh), ttype.dtype)
-        return DistTensor(ttype, x.mesh, local)
+        return dist_zeros(x.shape, layout or x.layout.replace(partial=()), x.mesh, x.type.policy,
+                          abstract=x.is_abstract)
     t = type_of(x)
     return asarray(np.zeros(t.shape), policy=t.policy)
 
